@@ -1,0 +1,40 @@
+"""One exception type for everything a user can fix: it says what went wrong, where, and what to do.
+
+The CLI prints these as one clean message with a non-zero exit code; anything else is a bug.
+"""
+
+from __future__ import annotations
+
+
+class SpecWhisperError(Exception):
+    """A user-facing error: ``what`` happened, ``where`` (file, model, option) and ``hint`` (what to do)."""
+
+    def __init__(self, what: str, where: str | None = None, hint: str | None = None) -> None:
+        self.what = what
+        self.where = where
+        self.hint = hint
+        super().__init__(self.message())
+
+    def message(self) -> str:
+        parts = [self.what]
+        if self.where:
+            parts.append(f"  where: {self.where}")
+        if self.hint:
+            parts.append(f"  what to do: {self.hint}")
+        return "\n".join(parts)
+
+
+class AudioError(SpecWhisperError):
+    """Audio could not be read or is unusable."""
+
+
+class ModelError(SpecWhisperError):
+    """A model could not be found, fetched, verified or loaded."""
+
+
+class TokenMapError(SpecWhisperError):
+    """A token map could not be built, read or matched to a model."""
+
+
+class NetworkError(ModelError):
+    """A download was needed but no network (or hub) is reachable."""

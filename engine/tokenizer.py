@@ -1,0 +1,166 @@
+"""Whisper tokenizer: text <-> ids and the special tokens, read from a CT2 model directory.
+
+Everything that must agree with what the model emits (the token map builder, drafters,
+cross-vocabulary remapping) goes through this one class.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from .errors import ModelError
+
+LANGUAGE_CODES = (
+    "en zh de es ru ko fr ja pt tr pl ca nl ar sv it id hi fi vi he uk el ms cs ro da hu ta no th ur hr bg lt "
+    "la mi ml cy sk te fa lv bn sr az sl kn et mk br eu is hy ne mn bs kk sq sw gl mr pa si km sn yo so af "
+    "oc ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl mg as tt haw ln ha ba jw su yue"
+).split()
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """Ids of Whisper's control tokens for one vocabulary."""
+
+    eot: int
+    sot: int
+    transcribe: int
+    translate: int
+    no_timestamps: int
+    sot_prev: int
+    timestamp_begin: int
+
+
+class WhisperTokenizer:
+    """Wraps ``tokenizer.json`` of a CT2 Whisper model directory."""
+
+    def __init__(self, tokenizer: Tokenizer, multilingual: bool, vocab_size: int, source: str) -> None:
+        self._tok = tokenizer
+        self.multilingual = multilingual
+        self.vocab_size = vocab_size
+        self.source = source
+        ids = {
+            name: tokenizer.token_to_id(tok)
+            for name, tok in (
+                ("eot", "<|endoftext|>"),
+                ("sot", "<|startoftranscript|>"),
+                ("transcribe", "<|transcribe|>"),
+                ("translate", "<|translate|>"),
+                ("no_timestamps", "<|notimestamps|>"),
+                ("sot_prev", "<|startofprev|>"),
+            )
+        }
+        missing = [k for k, v in ids.items() if v is None]
+        if missing:
+            raise ModelError(
+                f"tokenizer has no Whisper control tokens {missing}",
+                where=source,
+                hint="use a Whisper model directory (tokenizer.json from a Whisper checkpoint)",
+            )
+        self.special = SpecialTokens(timestamp_begin=ids["no_timestamps"] + 1, **ids)
+
+    @classmethod
+    def from_model_dir(cls, model_dir: str | Path) -> WhisperTokenizer:
+        model_dir = Path(model_dir)
+        path = model_dir / "tokenizer.json"
+        if not path.is_file():
+            raise ModelError(
+                "model directory has no tokenizer.json",
+                where=str(model_dir),
+                hint="copy the checkpoint's tokenizer.json next to model.bin, or re-convert the model",
+            )
+        try:
+            tok = Tokenizer.from_file(str(path))
+        except Exception as exc:  # tokenizers raises a bare Exception on a broken file
+            raise ModelError(f"tokenizer.json cannot be read: {exc}", where=str(path),
+                             hint="re-download or re-convert the model") from None
+        config = _read_json(model_dir / "config.json")
+        vocab_size = _vocabulary_size(model_dir, tok)
+        # English-only Whisper vocabularies have 51864 entries, multilingual ones 51865 (51866 for v3).
+        multilingual = bool(config.get("lang_ids")) and vocab_size >= 51865
+        return cls(tok, multilingual, vocab_size, str(path))
+
+    # --- text <-> ids -------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` exactly as BPE splits it (no special tokens added)."""
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of the ids below EOT (control tokens and timestamps are dropped)."""
+        eot = self.special.eot
+        return self._tok.decode([i for i in ids if i < eot], skip_special_tokens=False)
+
+    def token_text(self, token_id: int) -> str | None:
+        return self._tok.id_to_token(token_id)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._tok.token_to_id(token)
+
+    # --- control sequences --------------------------------------------------------------------
+    def language_token(self, language: str) -> int:
+        tid = self._tok.token_to_id(f"<|{language}|>")
+        if tid is None or not self.multilingual:
+            raise ModelError(
+                f"unknown or unsupported language {language!r} for this model",
+                where=self.source,
+                hint="use a language code such as 'en' (English-only models accept only 'en')",
+            )
+        return tid
+
+    @cached_property
+    def language_tokens(self) -> dict[int, str]:
+        """Language token id -> code, for detection results."""
+        out: dict[int, str] = {}
+        for code in LANGUAGE_CODES:
+            tid = self._tok.token_to_id(f"<|{code}|>")
+            if tid is not None:
+                out[tid] = code
+        return out
+
+    def sot_sequence(self, language: str | None, task: str = "transcribe", timestamps: bool = False) -> list[int]:
+        """The decoder prompt that starts a window: SOT [language task] [notimestamps]."""
+        seq = [self.special.sot]
+        if self.multilingual:
+            seq.append(self.language_token(language or "en"))
+            seq.append(self.special.translate if task == "translate" else self.special.transcribe)
+        if not timestamps:
+            seq.append(self.special.no_timestamps)
+        return seq
+
+    def fingerprint(self) -> str:
+        """A short stable hash of the vocabulary: token maps and remap tables are bound to it."""
+        vocab = self._tok.get_vocab(with_added_tokens=True)
+        h = hashlib.sha256()
+        for token, tid in sorted(vocab.items(), key=lambda kv: kv[1]):
+            h.update(f"{tid}\t{token}\n".encode())
+        return h.hexdigest()[:16]
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"config.json is not valid JSON: {exc}", where=str(path),
+                         hint="re-download or re-convert the model") from None
+
+
+def _vocabulary_size(model_dir: Path, tok: Tokenizer) -> int:
+    """Size of the model's output layer (CT2 keeps it in vocabulary.json or vocabulary.txt)."""
+    vj, vt = model_dir / "vocabulary.json", model_dir / "vocabulary.txt"
+    try:
+        if vj.is_file():
+            return len(json.loads(vj.read_text(encoding="utf-8")))
+        if vt.is_file():
+            with vt.open(encoding="utf-8") as fh:
+                return sum(1 for _ in fh)
+    except (OSError, ValueError):
+        pass
+    return tok.get_vocab_size(with_added_tokens=True)
