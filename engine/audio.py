@@ -1,0 +1,106 @@
+"""Audio in: files, bytes or arrays -> float32 mono 16 kHz, with errors a user can act on."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+from .errors import AudioError
+
+SAMPLE_RATE = 16000
+_SOUNDFILE_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".aiff", ".aif", ".au", ".caf", ".w64", ".rf64"}
+
+AudioInput = str | Path | bytes | bytearray | np.ndarray
+
+
+def load_audio(source: AudioInput, sample_rate: int | None = None) -> np.ndarray:
+    """Decode ``source`` into a float32 mono waveform at 16 kHz.
+
+    Arrays are taken as already mono/16 kHz unless ``sample_rate`` says otherwise; a 2-D array
+    is (samples, channels). Bytes and paths are decoded with soundfile (wav/flac/ogg), or PyAV
+    for compressed and video formats when the ``[av]`` extra is installed.
+    """
+    if isinstance(source, np.ndarray):
+        return _normalise(source, sample_rate or SAMPLE_RATE, "array")
+    if isinstance(source, (bytes, bytearray)):
+        if not source:
+            raise AudioError("audio bytes are empty", where="bytes input", hint="pass the contents of an audio file")
+        return _decode(io.BytesIO(bytes(source)), "bytes input", suffix="")
+    path = Path(source)
+    if not path.exists():
+        raise AudioError("audio file not found", where=str(path), hint="check the path")
+    if path.is_dir():
+        raise AudioError("expected an audio file, got a directory", where=str(path),
+                         hint="pass the audio files inside it, e.g. DIR/*.flac")
+    if path.stat().st_size == 0:
+        raise AudioError("audio file is empty (0 bytes)", where=str(path), hint="re-record or re-export the file")
+    return _decode(path, str(path), suffix=path.suffix.lower())
+
+
+def _decode(source: Path | io.BytesIO, where: str, suffix: str) -> np.ndarray:
+    import soundfile as sf
+
+    if suffix in _SOUNDFILE_SUFFIXES or suffix == "":
+        try:
+            data, rate = sf.read(source, dtype="float32", always_2d=True)
+            return _normalise(data, rate, where)
+        except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
+            if suffix in _SOUNDFILE_SUFFIXES:
+                raise AudioError(f"cannot decode audio: {exc}", where=where,
+                                 hint="the file may be corrupt or not audio; convert it to 16-bit WAV or FLAC") from None
+            if isinstance(source, io.BytesIO):
+                source.seek(0)
+    return _decode_with_av(source, where)
+
+
+def _decode_with_av(source: Path | io.BytesIO, where: str) -> np.ndarray:
+    try:
+        import av
+    except ImportError:
+        raise AudioError("this format needs PyAV, which is not installed", where=where,
+                         hint="pip install 'specwhisper[av]', or convert the file to WAV/FLAC") from None
+    try:
+        chunks = []
+        with av.open(source if isinstance(source, io.BytesIO) else str(source), mode="r") as container:
+            if not container.streams.audio:
+                raise AudioError("file has no audio stream", where=where, hint="pass an audio or video file with sound")
+            resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
+            for frame in container.decode(audio=0):
+                for out in resampler.resample(frame):
+                    chunks.append(out.to_ndarray().reshape(-1))
+            for out in resampler.resample(None):
+                chunks.append(out.to_ndarray().reshape(-1))
+    except AudioError:
+        raise
+    except Exception as exc:  # PyAV raises many error types (InvalidDataError, OSError, ...)
+        raise AudioError(f"cannot decode audio: {exc}", where=where,
+                         hint="the file may be corrupt or not audio") from None
+    audio = np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
+    return _check(audio, where)
+
+
+def _normalise(data: np.ndarray, rate: int, where: str) -> np.ndarray:
+    data = np.asarray(data)
+    if data.ndim == 2:
+        data = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
+    elif data.ndim != 1:
+        raise AudioError(f"audio array must be 1-D or (samples, channels), got shape {data.shape}", where=where,
+                         hint="pass a mono waveform")
+    if data.dtype.kind == "i":
+        data = data.astype(np.float32) / float(np.iinfo(data.dtype).max + 1)
+    data = data.astype(np.float32, copy=False)
+    if rate != SAMPLE_RATE and data.size:
+        import soxr
+
+        data = soxr.resample(data, rate, SAMPLE_RATE, quality="HQ").astype(np.float32, copy=False)
+    return _check(data, where)
+
+
+def _check(audio: np.ndarray, where: str) -> np.ndarray:
+    if audio.size == 0:
+        raise AudioError("audio has no samples (zero length)", where=where, hint="pass a file that contains sound")
+    if not np.all(np.isfinite(audio)):
+        raise AudioError("audio contains NaN or infinite samples", where=where, hint="check the producer of the array")
+    return np.ascontiguousarray(audio)

@@ -1,0 +1,224 @@
+"""The loaded CT2 Whisper model: load, capabilities, encoder, language detection, and the
+batch-invariance self-test. Only this module and ``verifier`` touch CTranslate2 objects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import threading
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ModelError
+from .model_store import check_model_dir
+from .tokenizer import WhisperTokenizer
+
+MAX_POSITIONS = 448  # Whisper decoder positions (prompt + generated)
+_SELFTEST_TEXT = " the quick brown fox jumps over the lazy dog while seven small birds sing in the old tree"
+
+
+def _import_ct2():
+    try:
+        import ctranslate2
+    except ImportError:
+        raise ModelError("CTranslate2 is not installed", where="python environment",
+                         hint="pip install specwhisper (it pulls ctranslate2-crisperwhisper on Linux x86_64)") from None
+    return ctranslate2
+
+
+def step_api_available() -> bool:
+    """True when the installed CTranslate2 is the fork with prefill/forward_step/forward_batch."""
+    ct2 = _import_ct2()
+    w = ct2.models.Whisper
+    return all(hasattr(w, n) for n in ("prefill", "forward_step_greedy", "forward_batch_greedy")) and hasattr(
+        ct2.models, "WhisperDecoderState"
+    )
+
+
+@dataclass(frozen=True)
+class SelfTestResult:
+    """Outcome of the batch-invariance check on this machine, build, model and settings.
+
+    ``row_floor`` is the smallest row count from which every decoder call gives bitwise identical
+    logits for a token whatever the call's size and the token's row; None when no floor up to 4
+    holds (then speculation is off). ``single_row_matches`` tells whether 1-row steps fall in the
+    same class (then both numerics are one).
+    """
+
+    row_floor: int | None
+    single_row_matches: bool
+    max_abs_diff_by_rows: dict
+    seconds: float
+    key: str
+
+
+class LoadedModel:
+    """A CT2 Whisper model plus what the decoding loop needs to know about it."""
+
+    def __init__(self, model_dir: Path, device: str = "cpu", compute_type: str = "int8", threads: int = 2,
+                 device_index: int = 0) -> None:
+        ct2 = _import_ct2()
+        check_model_dir(model_dir)
+        self.model_dir = model_dir
+        self.device = device
+        self.threads = threads
+        self.tokenizer = WhisperTokenizer.from_model_dir(model_dir)
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        self.suppress = sorted({int(i) for i in config.get("suppress_ids", [])})
+        self.suppress_begin = sorted({int(i) for i in config.get("suppress_ids_begin", [])})
+        if device == "cuda" and ct2.get_cuda_device_count() == 0:
+            raise ModelError("--device cuda asked for, but CTranslate2 sees no CUDA device", where="--device",
+                             hint="use --device cpu, or install a CUDA build of CTranslate2 and the NVIDIA driver")
+        t0 = time.perf_counter()
+        try:
+            self.model = ct2.models.Whisper(str(model_dir), device=device, device_index=device_index,
+                                            compute_type=compute_type, intra_threads=threads, inter_threads=1)
+        except (RuntimeError, ValueError) as exc:
+            raise ModelError(f"CTranslate2 cannot load the model: {exc}", where=str(model_dir),
+                             hint="the model may be corrupt, of another kind, or need another compute type") from None
+        self.load_seconds = time.perf_counter() - t0
+        self.compute_type = self.model.compute_type
+        self.n_mels = int(getattr(self.model, "n_mels", 80))
+        self.has_step_api = step_api_available()
+        self.vocab_size = self.tokenizer.vocab_size
+        self._lock = threading.Lock()  # one window at a time per model: CT2 decoder states are not shared
+        self._selftest: SelfTestResult | None = None
+
+    # --- encoder and language --------------------------------------------------------------
+    def encode(self, mel_window: np.ndarray):
+        """Encoder output for one window [n_mels, frames]; kept on the device for prefill."""
+        ct2 = _import_ct2()
+        features = ct2.StorageView.from_array(np.ascontiguousarray(mel_window[None], dtype=np.float32))
+        return self.model.encode(features, to_cpu=False)
+
+    def detect_language(self, encoder_output) -> tuple[str, float]:
+        if not self.tokenizer.multilingual:
+            return "en", 1.0
+        token, prob = self.model.detect_language(encoder_output)[0][0]
+        return token[2:-2], float(prob)
+
+    @property
+    def lock(self) -> threading.Lock:
+        return self._lock
+
+    # --- batch invariance --------------------------------------------------------------------
+    def selftest(self, *, use_cache: bool = True) -> SelfTestResult:
+        """Measure (or read from cache) the row floor of batch-invariant decoding."""
+        if self._selftest is not None:
+            return self._selftest
+        key = self._selftest_key()
+        cache = _selftest_cache_path()
+        if use_cache and cache is not None:
+            cached = _read_cache(cache).get(key)
+            if cached:
+                self._selftest = SelfTestResult(**cached)
+                return self._selftest
+        result = self._run_selftest(key)
+        if cache is not None:
+            data = _read_cache(cache)
+            data[key] = asdict(result)
+            _write_cache(cache, data)
+        self._selftest = result
+        return result
+
+    def _selftest_key(self) -> str:
+        import ctranslate2
+
+        stat = (self.model_dir / "model.bin").stat()
+        cpu = platform.processor() or platform.machine()
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as fh:
+                cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
+        except OSError:
+            pass
+        return "|".join(str(p) for p in (ctranslate2.__version__, cpu, self.device, self.compute_type, self.threads,
+                                         self.model_dir.resolve(), stat.st_size, int(stat.st_mtime)))
+
+    def _run_selftest(self, key: str) -> SelfTestResult:
+        """Decode one fixed token sequence in calls of many shapes and compare logits bitwise.
+
+        Kernels are chosen by shape, not data, so a random encoder output of the real shape suffices.
+        """
+        ct2 = _import_ct2()
+        t0 = time.perf_counter()
+        short = self.model.encode(ct2.StorageView.from_array(np.zeros((1, self.n_mels, 200), np.float32)))
+        d_model = short.shape[2]
+        enc = np.random.default_rng(0).standard_normal((1, 1500, d_model)).astype(np.float32)
+        encoder_output = ct2.StorageView.from_array(enc)
+        if self.device == "cuda":
+            encoder_output = encoder_output.to_device(ct2.Device.cuda)
+        prompt = self.tokenizer.sot_sequence("en")
+        seq = (self.tokenizer.encode(_SELFTEST_TEXT) * 2)[:17]
+
+        def run(chunks: list[int]) -> np.ndarray:
+            state, _ = self.model.prefill(encoder_output, prompt)
+            rows, i = [], 0
+            for c in chunks:
+                if c == 1:
+                    rows.append(np.asarray(self.model.forward_step(state, seq[i]), dtype=np.float32).reshape(1, -1))
+                else:
+                    rows.append(np.asarray(self.model.forward_batch(state, seq[i:i + c]), dtype=np.float32)[0])
+                i += c
+            return np.concatenate(rows)
+
+        reference = run([len(seq)])
+        diffs: dict[str, float] = {}
+        row_floor = None
+        for floor in (2, 3, 4):
+            ok = True
+            for chunks in _chunkings(len(seq), floor):
+                d = float(np.abs(run(chunks) - reference).max())
+                diffs[f"{floor}:{','.join(map(str, chunks))}"] = d
+                ok = ok and d == 0.0
+            if ok:
+                row_floor = floor
+                break
+        single = run([1] * 4 + [len(seq) - 4])
+        single_diff = float(np.abs(single[:4] - reference[:4]).max())
+        diffs["1-row"] = single_diff
+        return SelfTestResult(row_floor=row_floor, single_row_matches=single_diff == 0.0,
+                              max_abs_diff_by_rows=diffs, seconds=time.perf_counter() - t0, key=key)
+
+
+def _chunkings(n: int, floor: int) -> list[list[int]]:
+    """A few ways to split n tokens into calls of at least ``floor`` rows, touching every row index."""
+    out = []
+    for first in (floor, floor + 1):
+        chunks = [first]
+        while sum(chunks) + floor <= n:
+            chunks.append(floor)
+        chunks[-1] += n - sum(chunks)
+        out.append(chunks)
+    out.append([n - floor, floor])
+    out.append([floor + 2, n - floor - 2])
+    return out
+
+
+def _selftest_cache_path() -> Path | None:
+    if os.environ.get("SPECWHISPER_NO_SELFTEST_CACHE"):
+        return None
+    from .model_store import cache_dir
+
+    return cache_dir() / "selftest.json"
+
+
+def _read_cache(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_cache(path: Path, data: dict) -> None:
+    from .io_utils import atomic_write_text
+
+    try:
+        atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
+    except OSError as exc:  # a read-only cache must not stop transcription
+        warnings.warn(f"cannot write self-test cache {path}: {exc}", stacklevel=2)

@@ -1,0 +1,225 @@
+"""The ``specwhisper`` command line. Errors a user can fix print one clear message, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from . import __version__
+from .errors import SpecWhisperError
+
+SAMPLE = Path(__file__).parent / "samples" / "morning.flac"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specwhisper",
+        description="On-device Whisper transcription on CTranslate2, made faster losslessly by speculative decoding.",
+    )
+    parser.add_argument("--version", action="version", version=f"specwhisper {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    t = sub.add_parser("transcribe", help="transcribe audio files",
+                       description="Transcribe audio files. Speculation never changes the text: with the same "
+                                   "--numerics, output equals --no-speculation token for token.")
+    t.add_argument("audio", nargs="+", help="audio files (wav/flac/ogg; mp3/m4a/video with the [av] extra)")
+    _add_model_args(t)
+    t.add_argument("--language", default=None, help="language code (default: detect; English-only models: en)")
+    t.add_argument("--task", default="transcribe", choices=["transcribe", "translate"])
+    t.add_argument("--output-format", default="txt", choices=["txt", "json", "srt", "vtt"],
+                   help="txt prints to stdout unless --output-dir is given; other formats write <stem>.<fmt>")
+    t.add_argument("--output-dir", default=None, help="directory for output files (default: current directory "
+                                                      "for json/srt/vtt)")
+    t.add_argument("--no-speculation", action="store_true", help="plain greedy decoding (the exactness oracle)")
+    t.add_argument("--numerics", default="auto", choices=["auto", "batch-invariant", "single-row"],
+                   help="auto: batch-invariant where drafting is expected to pay, else single-row (CT2 native)")
+    t.add_argument("--tokenmap", default=None, help="n-gram token map built with 'specwhisper tokenmap build'")
+    t.add_argument("--draft-len", type=int, default=None, help="fixed draft length K (default: cost model)")
+    t.add_argument("--prompt-lookup", dest="prompt_lookup", action="store_true", default=True,
+                   help="draft from earlier text (default on)")
+    t.add_argument("--no-prompt-lookup", dest="prompt_lookup", action="store_false")
+    t.add_argument("--learn", action="store_true", help="learn drafts from this run's own outputs, file by file")
+    t.add_argument("--learn-save", default=None, help="write the learned token map here at the end (atomic)")
+    t.add_argument("--condition-on-previous-text", action="store_true",
+                   help="prompt each 30 s window with the previous window's text")
+    t.add_argument("--initial-prompt", default=None, help="text to prompt the first window with (hotwords)")
+    t.add_argument("--stats", action="store_true", help="print decoding stats (Ar, Al, calls) to stderr")
+
+    d = sub.add_parser("demo", help="transcribe the bundled sample with the default model")
+    _add_model_args(d)
+
+    m = sub.add_parser("models", help="list, pull, locate or verify models")
+    msub = m.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    msub.add_parser("list", help="known models and whether they are cached")
+    for name, helptext in (("pull", "download and verify a model"), ("path", "print a model's directory"),
+                           ("verify", "check a cached model's checksum")):
+        p = msub.add_parser(name, help=helptext)
+        p.add_argument("name")
+
+    doc = sub.add_parser("doctor", help="platform, CT2 build, step API, CUDA, cached models, self-test")
+    doc.add_argument("--model", default=None, help="also load this model and run the batch-invariance self-test")
+    doc.add_argument("--compute-type", default="int8")
+    doc.add_argument("--threads", type=int, default=2)
+
+    _add_optional_subcommands(sub)
+    return parser
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="tiny.en, base (default), a CT2 model directory, or a HF repo id")
+    p.add_argument("--compute-type", default="int8", choices=["int8", "int8_float32", "int8_float16", "float32",
+                                                              "float16", "bfloat16", "default"])
+    p.add_argument("--threads", type=int, default=min(4, os.cpu_count() or 2), help="CPU threads (intra-op)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+
+
+def _add_optional_subcommands(sub) -> None:
+    """Converters and token maps live in their own packages; their parsers plug in here."""
+    try:
+        from specwhisper.converters.cli import add_convert_parser
+    except ImportError:
+        pass
+    else:
+        add_convert_parser(sub)
+    try:
+        from specwhisper.tokenmap.cli import add_tokenmap_parser
+    except ImportError:
+        pass
+    else:
+        add_tokenmap_parser(sub)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    warnings.simplefilter("default")
+    warnings.formatwarning = lambda msg, *a, **k: f"warning: {msg}\n"
+    try:
+        return _dispatch(args)
+    except SpecWhisperError as exc:
+        print(f"error: {exc.message()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args) -> int:
+    if args.command == "transcribe":
+        return _transcribe(args)
+    if args.command == "demo":
+        args.audio = [str(SAMPLE)]
+        for name, value in (("language", None), ("task", "transcribe"), ("output_format", "txt"), ("output_dir", None),
+                            ("no_speculation", False), ("numerics", "auto"), ("tokenmap", None), ("draft_len", None),
+                            ("prompt_lookup", True), ("learn", False), ("learn_save", None), ("stats", True),
+                            ("condition_on_previous_text", False), ("initial_prompt", None)):
+            setattr(args, name, value)
+        return _transcribe(args)
+    if args.command == "models":
+        return _models(args)
+    if args.command == "doctor":
+        from .doctor import run_doctor
+
+        return run_doctor(args.model, args.compute_type, args.threads)
+    if args.command == "convert":
+        from specwhisper.converters.cli import run_convert
+
+        return run_convert(args)
+    if args.command == "tokenmap":
+        from specwhisper.tokenmap.cli import run_tokenmap
+
+        return run_tokenmap(args)
+    raise SpecWhisperError(f"unknown command {args.command}")
+
+
+def _transcribe(args) -> int:
+    from .transcriber import WhisperEngine
+    from .writers import write_result
+
+    if args.learn_save and not args.learn:
+        raise SpecWhisperError("--learn-save needs --learn", where="--learn-save", hint="add --learn")
+    engine = WhisperEngine(args.model, device=args.device, compute_type=args.compute_type, threads=args.threads,
+                           tokenmap=args.tokenmap, learn=args.learn, prompt_lookup=args.prompt_lookup)
+    out_dir = args.output_dir or ("." if args.output_format != "txt" else None)
+    failures = 0
+    for path in args.audio:
+        progress = _progress_printer(path) if sys.stderr.isatty() else None
+        try:
+            result = engine.transcribe(path, language=args.language, task=args.task,
+                                       numerics=args.numerics, speculation=not args.no_speculation,
+                                       draft_len=args.draft_len, initial_prompt=args.initial_prompt,
+                                       condition_on_previous_text=args.condition_on_previous_text,
+                                       progress=progress)
+        except SpecWhisperError as exc:
+            failures += 1
+            print(f"error: {exc.message()}", file=sys.stderr)
+            continue
+        if out_dir is None:
+            print(result.text, flush=True)
+        else:
+            written = write_result(result, path, out_dir, args.output_format)
+            print(f"{path} -> {written}", file=sys.stderr)
+            if args.output_format == "txt":
+                print(result.text, flush=True)
+        if args.stats:
+            _print_stats(path, result)
+    if args.learn_save:
+        saved = engine.save_learned(args.learn_save)
+        print(f"learned token map -> {saved}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def _print_stats(path: str, result) -> None:
+    s, t = result.stats, result.timings
+    print(f"[{Path(path).name}] numerics={result.numerics} row_floor={result.row_floor} "
+          f"tokens={s['tokens']} verify_calls={s['verify_calls']} steps={s['steps']} drafted={s['drafted']} "
+          f"accepted={s['accepted']} Ar={s['acceptance_rate']:.2f} Al={s['mean_accepted_len']:.2f} "
+          f"mean_k={s['mean_k']:.1f} | features {t['features_s'] * 1000:.0f} ms, encoder {t['encoder_s'] * 1000:.0f} ms, "
+          f"decoder {t['decoder_s'] * 1000:.0f} ms, total {t['total_s'] * 1000:.0f} ms (model load {t['load_s']:.2f} s)",
+          file=sys.stderr)
+
+
+def _progress_printer(path: str):
+    start = time.perf_counter()
+
+    def show(done: int, total: int) -> None:
+        if total > 1:
+            end = "\n" if done == total else ""
+            print(f"\r{Path(path).name}: window {done}/{total} ({time.perf_counter() - start:.1f} s)", end=end,
+                  file=sys.stderr, flush=True)
+
+    return show
+
+
+def _models(args) -> int:
+    from . import model_store
+
+    if args.models_command == "list":
+        for entry in model_store.list_models():
+            state = "cached" if entry["pulled"] else "not pulled"
+            print(f"{entry['name']:<8} {state:<10} {entry['description']}  [{entry['path']}]")
+        return 0
+    if args.models_command == "pull":
+        already = model_store.is_pulled(args.name) if args.name in model_store.REGISTRY else False
+        path = model_store.pull(args.name)
+        print(f"{args.name}: {'already cached' if already else 'pulled'} at {path}")
+        return 0
+    if args.models_command == "path":
+        print(model_store.resolve_model(args.name, download=False))
+        return 0
+    if args.models_command == "verify":
+        digest = model_store.verify(args.name)
+        print(f"{args.name}: ok (model.bin sha256 {digest})")
+        return 0
+    raise SpecWhisperError(f"unknown models action {args.models_command}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The one decoding loop: prefill, then rounds of draft -> verify -> accept, until EOT or max length.
+
+Greedy is the same loop with nothing drafted. Policy (how many tokens to draft) is asked once
+per round and told what happened; it never sees decoder state. Drafts pass through the
+verifier, which alone decides what is emitted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from .drafters.base import Drafter
+from .stats import DecodeStats
+from .verifier import DecoderSession
+
+
+class DraftLengthPolicy(Protocol):
+    def draft_len(self) -> int: ...
+
+    def record(self, k: int, n_accepted: int) -> None: ...
+
+
+def decode_window(session: DecoderSession, drafter: Drafter, policy: DraftLengthPolicy, max_new_tokens: int,
+                  eot: int, stats: DecodeStats, filler: Callable[[Sequence[int]], int]) -> list[int]:
+    """Decode one window; returns the emitted tokens (EOT included when reached)."""
+    t0 = time.perf_counter()
+    out = [session.start()]
+    t1 = time.perf_counter()
+    stats.prefill_s += t1 - t0
+    if session.numerics == "single-row":
+        step = session.step
+        while out[-1] != eot and len(out) < max_new_tokens:
+            out.append(step(out[-1]))
+        stats.steps += len(out) - 1
+    else:
+        _speculate(session, drafter, policy, max_new_tokens, eot, stats, filler, out)
+    stats.steps_s += time.perf_counter() - t1
+    stats.tokens += len(out)
+    return out
+
+
+def _speculate(session: DecoderSession, drafter: Drafter, policy: DraftLengthPolicy, max_new_tokens: int, eot: int,
+               stats: DecodeStats, filler: Callable[[Sequence[int]], int], out: list[int]) -> None:
+    pad_to = session.row_floor - 1
+    name = getattr(drafter, "name", "drafter")
+    while out[-1] != eot and len(out) < max_new_tokens:
+        room = max_new_tokens - len(out) - 1  # draft tokens that could still be emitted
+        k = min(policy.draft_len(), room)
+        drafts = list(drafter.propose(out, k))[:k] if k > 0 else []
+        n_real = len(drafts)
+        while len(drafts) < pad_to:  # the call needs this many rows anyway: fill them with guesses
+            drafts.append(filler(out + drafts))
+        accepted, nxt = session.verify(out, drafts)
+        n_acc = len(accepted)
+        drafter.observe(min(n_acc, n_real))
+        policy.record(k, min(n_acc, n_real))
+        stats.record_verify(k, len(drafts), n_acc, len(drafts) - n_real, name)
+        out.extend(accepted)
+        if nxt is not None:
+            out.append(nxt)
+    if len(out) > max_new_tokens:  # filler rows may run past the limit; greedy stops there
+        del out[max_new_tokens:]
+
+
+def shadow_replay(drafter: Drafter, tokens: Sequence[int], k: int, stats: DecodeStats,
+                  policy: DraftLengthPolicy | None = None) -> None:
+    """Replay a window decoded single-row as if it had been speculated, at no decoder cost.
+
+    The drafter sees exactly the histories a real speculative run would show it, so the
+    acceptance measured here predicts what speculation would have given on this window.
+    """
+    if k <= 0:
+        return
+    i = 1
+    while i < len(tokens):
+        proposal = list(drafter.propose(tokens[:i], k))[:k]
+        n = 0
+        while n < len(proposal) and i + n < len(tokens) and proposal[n] == tokens[i + n]:
+            n += 1
+        drafter.observe(n)
+        if policy is not None and proposal:
+            policy.record(k, n)
+        stats.shadow_rounds += 1
+        stats.shadow_drafted += len(proposal)
+        stats.shadow_accepted += n
+        i += n + 1

@@ -1,0 +1,38 @@
+"""``specwhisper doctor``: what this machine and build can do, in one screen."""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+
+from . import __version__, model_store
+
+
+def run_doctor(model: str | None, compute_type: str, threads: int) -> int:
+    import ctranslate2
+
+    from .backend import step_api_available
+
+    print(f"specwhisper {__version__} on Python {sys.version.split()[0]}, {platform.platform()}")
+    print(f"ctranslate2 {ctranslate2.__version__} at {ctranslate2.__file__}")
+    step = step_api_available()
+    print(f"step API (prefill/forward_step/forward_batch): {'yes' if step else 'NO: speculative decoding unavailable'}")
+    print(f"CPU compute types: {sorted(ctranslate2.get_supported_compute_types('cpu'))}")
+    n_cuda = ctranslate2.get_cuda_device_count()
+    print(f"CUDA devices: {n_cuda}")
+    print(f"model cache: {model_store.models_dir()}")
+    for entry in model_store.list_models():
+        print(f"  {entry['name']:<8} {'cached' if entry['pulled'] else 'not pulled'}")
+    if model is not None and step:
+        from .backend import LoadedModel
+
+        lm = LoadedModel(model_store.resolve_model(model), compute_type=compute_type, threads=threads)
+        result = lm.selftest(use_cache=False)
+        verdict = (f"row floor {result.row_floor} (every call of >= {result.row_floor} rows is bitwise invariant)"
+                   if result.row_floor else "FAILED: speculation off")
+        print(f"batch-invariance self-test ({lm.compute_type}, {threads} threads): {verdict}; "
+              f"1-row steps {'match' if result.single_row_matches else 'differ (single-row is its own numerics)'}; "
+              f"{result.seconds:.2f} s")
+        print(json.dumps(result.max_abs_diff_by_rows, indent=1))
+    return 0

@@ -1,0 +1,45 @@
+"""Several drafters behind one: the first that proposes something drafts this round."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .base import Drafter, WindowContext
+
+
+class DrafterChain:
+    """Asks drafters in priority order; feedback goes to the one whose proposal was verified."""
+
+    name = "chain"
+
+    def __init__(self, drafters: Sequence[Drafter]) -> None:
+        self.drafters = list(drafters)
+        self._last: Drafter | None = None
+
+    @property
+    def last_source(self) -> str:
+        return self._last.name if self._last is not None else "none"
+
+    def begin(self, window: WindowContext) -> None:
+        for d in self.drafters:
+            d.begin(window)
+
+    def propose(self, tokens: Sequence[int], k: int) -> list[int]:
+        for d in self.drafters:
+            proposal = d.propose(tokens, k)
+            if proposal:
+                self._last = d
+                return list(proposal)
+        self._last = None
+        return []
+
+    def observe(self, n_accepted: int) -> None:
+        if self._last is not None:
+            self._last.observe(n_accepted)
+
+    def end(self, tokens: Sequence[int]) -> None:
+        for d in self.drafters:
+            d.end(tokens)
+
+    def __bool__(self) -> bool:
+        return bool(self.drafters)

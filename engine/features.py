@@ -1,0 +1,78 @@
+"""Whisper's log-mel spectrogram in numpy (80 or 128 bins), numerically matching faster-whisper.
+
+Definition: 25 ms periodic-Hann frames every 10 ms (n_fft 400, hop 160, reflect-centred), power
+spectrum, Slaney-style mel filters, log10 clamped to (max - 8), then scaled by (x + 4) / 4.
+Like faster-whisper, the clamp uses the maximum over the whole input, and windows shorter than
+30 s are padded with zeros in the normalised log domain (see ``window_features``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+N_FFT = 400
+HOP_LENGTH = 160
+SAMPLE_RATE = 16000
+N_FRAMES = 3000  # one 30 s window
+FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH
+
+
+@lru_cache(maxsize=4)
+def mel_filters(n_mels: int, sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.ndarray:
+    """Slaney mel filterbank [n_mels, n_fft // 2 + 1]: linear below 1 kHz, logarithmic above, area-normalised."""
+    f_sp = 200.0 / 3.0
+    brk_hz = 1000.0
+    brk_mel = brk_hz / f_sp
+    log_step = np.log(6.4) / 27.0
+
+    def hz_to_mel(f: float) -> float:
+        return f / f_sp if f < brk_hz else brk_mel + np.log(f / brk_hz) / log_step
+
+    def mel_to_hz(m: np.ndarray) -> np.ndarray:
+        return np.where(m < brk_mel, m * f_sp, brk_hz * np.exp(log_step * (m - brk_mel)))
+
+    edges_hz = mel_to_hz(np.linspace(0.0, hz_to_mel(sample_rate / 2.0), n_mels + 2))
+    bins_hz = np.linspace(0.0, sample_rate / 2.0, n_fft // 2 + 1)
+    lo, mid, hi = edges_hz[:-2, None], edges_hz[1:-1, None], edges_hz[2:, None]
+    rising = (bins_hz[None, :] - lo) / (mid - lo)
+    falling = (hi - bins_hz[None, :]) / (hi - mid)
+    weights = np.clip(np.minimum(rising, falling), 0.0, None)
+    weights *= (2.0 / (edges_hz[2:] - edges_hz[:-2]))[:, None]
+    return weights.astype(np.float32)
+
+
+def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, padding: int = HOP_LENGTH) -> np.ndarray:
+    """Log-mel features [n_mels, frames] of a float32 16 kHz waveform (``padding`` zeros appended first)."""
+    audio = np.asarray(audio, dtype=np.float32)
+    if padding:
+        audio = np.pad(audio, (0, padding))
+    half = N_FFT // 2
+    if audio.size <= half:  # reflect padding needs more samples than half a frame
+        audio = np.pad(audio, (0, half + 1 - audio.size))
+    padded = np.pad(audio, (half, half), mode="reflect")
+    n_frames = 1 + (padded.size - N_FFT) // HOP_LENGTH
+    frames = np.lib.stride_tricks.as_strided(
+        padded, shape=(n_frames, N_FFT), strides=(padded.strides[0] * HOP_LENGTH, padded.strides[0])
+    )
+    window = np.hanning(N_FFT + 1)[:-1].astype(np.float32)
+    spectrum = np.fft.rfft(frames * window, axis=-1).astype(np.complex64)
+    power = (np.abs(spectrum[:-1]) ** 2).T  # drop the last frame, as Whisper does
+    mel = mel_filters(n_mels) @ power
+    log_spec = np.log10(np.maximum(mel, 1e-10))
+    log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
+    return ((log_spec + 4.0) / 4.0).astype(np.float32)
+
+
+def window_features(features: np.ndarray, start: int, n_frames: int = N_FRAMES) -> np.ndarray:
+    """Frames [start, start + n_frames) of ``features``, zero-padded (as faster-whisper does) to n_frames."""
+    segment = features[:, start : start + n_frames]
+    if segment.shape[1] < n_frames:
+        segment = np.pad(segment, ((0, 0), (0, n_frames - segment.shape[1])))
+    return np.ascontiguousarray(segment, dtype=np.float32)
+
+
+def content_frames(features: np.ndarray) -> int:
+    """Frames that carry audio (faster-whisper counts features.shape[-1] - 1)."""
+    return max(features.shape[-1] - 1, 0)

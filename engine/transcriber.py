@@ -1,0 +1,275 @@
+"""The Python API: ``WhisperEngine(model).transcribe(audio) -> Result``.
+
+Audio -> log-mel (whole input) -> 30 s windows -> encoder once per window -> one decoding loop
+per window, speculative or not, in the numerics chosen for that window before it starts.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .audio import SAMPLE_RATE, AudioInput, load_audio
+from .backend import MAX_POSITIONS, LoadedModel, SelfTestResult
+from .decoder import decode_window, shadow_replay
+from .drafters.base import Drafter, NullDrafter, WindowContext
+from .drafters.bigram import BigramGuesser
+from .drafters.chain import DrafterChain
+from .errors import SpecWhisperError
+from .features import N_FRAMES, content_frames, log_mel_spectrogram, window_features
+from .model_store import resolve_model
+from .policy import AdaptiveDraftLength, FixedDraftLength, VerifyCost, choose_numerics
+from .stats import DecodeStats
+
+NUMERICS_CHOICES = ("auto", "batch-invariant", "single-row")
+SILENCE_PEAK = 1e-4  # windows quieter than -80 dBFS are silence: nothing to decode
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    """Per-call options, validated once here so the hot loop can trust them."""
+
+    language: str | None = None
+    task: str = "transcribe"
+    numerics: str = "auto"
+    speculation: bool = True
+    draft_len: int | None = None
+    condition_on_previous_text: bool = False
+    initial_prompt: str | None = None
+    progress: Callable[[int, int], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.task not in ("transcribe", "translate"):
+            raise SpecWhisperError(f"unknown task {self.task!r}", where="--task", hint="use transcribe or translate")
+        if self.numerics not in NUMERICS_CHOICES:
+            raise SpecWhisperError(f"unknown numerics {self.numerics!r}", where="--numerics",
+                                   hint=f"use one of {', '.join(NUMERICS_CHOICES)}")
+        if self.draft_len is not None and not (0 <= self.draft_len <= 16):
+            raise SpecWhisperError(f"draft length {self.draft_len} out of range", where="--draft-len",
+                                   hint="use 0..16 (0 disables drafting)")
+
+
+@dataclass
+class WindowResult:
+    start_s: float
+    end_s: float
+    text: str
+    tokens: list[int]
+    numerics: str
+    numerics_reason: str
+    stats: dict
+
+
+@dataclass
+class Result:
+    """What one transcription produced, with where the time went and how drafting did."""
+
+    text: str
+    tokens: list[int]
+    language: str
+    language_probability: float
+    numerics: str
+    duration_s: float
+    timings: dict[str, float]
+    stats: dict
+    windows: list[WindowResult] = field(default_factory=list)
+    model: str = ""
+    device: str = "cpu"
+    compute_type: str = ""
+    threads: int = 0
+    row_floor: int | None = None
+    speculation_available: bool = True
+
+    def to_dict(self) -> dict:
+        return {
+            "text": self.text,
+            "tokens": self.tokens,
+            "language": self.language,
+            "language_probability": round(self.language_probability, 4),
+            "numerics": self.numerics,
+            "duration_s": round(self.duration_s, 3),
+            "timings": {k: round(v, 4) for k, v in self.timings.items()},
+            "stats": self.stats,
+            "windows": [
+                {"start_s": w.start_s, "end_s": w.end_s, "text": w.text, "tokens": w.tokens, "numerics": w.numerics,
+                 "numerics_reason": w.numerics_reason, "stats": w.stats}
+                for w in self.windows
+            ],
+            "model": self.model,
+            "device": self.device,
+            "compute_type": self.compute_type,
+            "threads": self.threads,
+            "row_floor": self.row_floor,
+            "speculation_available": self.speculation_available,
+        }
+
+
+class WhisperEngine:
+    """A loaded model plus its drafters. Safe to call from several threads (windows are serialised)."""
+
+    def __init__(self, model: str | Path | None = None, device: str = "cpu", compute_type: str = "int8",
+                 threads: int = 2, *, tokenmap: str | Path | None = None, learn: bool = False,
+                 prompt_lookup: bool = True, drafters: list[Drafter] | None = None,
+                 verify_cost: VerifyCost | None = None, selftest: bool = True) -> None:
+        if device not in ("cpu", "cuda"):
+            raise SpecWhisperError(f"unknown device {device!r}", where="--device", hint="use cpu or cuda")
+        if threads < 1:
+            raise SpecWhisperError(f"threads must be >= 1, got {threads}", where="--threads")
+        t0 = time.perf_counter()
+        self.model_dir = resolve_model(model)
+        self.lm = LoadedModel(self.model_dir, device=device, compute_type=compute_type, threads=threads)
+        self.tokenizer = self.lm.tokenizer
+        self.guesser = BigramGuesser(self.tokenizer)
+        self.selftest_result: SelfTestResult | None = None
+        if self.lm.has_step_api and selftest:
+            self.selftest_result = self.lm.selftest()
+            if self.selftest_result.row_floor is None:
+                warnings.warn("batch-invariance self-test failed on this machine: decoding single-row with "
+                              "speculation off", stacklevel=2)
+        elif not self.lm.has_step_api:
+            warnings.warn("this CTranslate2 build has no step API (prefill/forward_step): transcribing with "
+                          "CT2 generate(); speculative decoding is unavailable here", stacklevel=2)
+        self.row_floor = self.selftest_result.row_floor if self.selftest_result else None
+        self.verify_cost = verify_cost or VerifyCost.default(device)
+        self.drafters: list[Drafter] = list(drafters or [])
+        self.tokenmap_drafter = None
+        if tokenmap is not None or learn:
+            self.tokenmap_drafter = _make_tokenmap_drafter(tokenmap, self.tokenizer, learn)
+            self.drafters.insert(0, self.tokenmap_drafter)
+        if prompt_lookup:
+            from .drafters.prompt_lookup import PromptLookupDrafter
+
+            self.drafters.append(PromptLookupDrafter())
+        # Acceptance is learned across calls: a device keeps getting its own user's phrasing.
+        prior = 0.7 if self.tokenmap_drafter is not None else 0.3
+        self.policy = AdaptiveDraftLength(self.verify_cost, row_floor=self.row_floor or 2, prior=prior)
+        self.load_seconds = time.perf_counter() - t0
+
+    # ------------------------------------------------------------------------------------------
+    def transcribe(self, audio: AudioInput, language: str | None = None, task: str = "transcribe",
+                   **options) -> Result:
+        opts = TranscribeOptions(language=language, task=task, **options)
+        t_start = time.perf_counter()
+        waveform = load_audio(audio)
+        t_audio = time.perf_counter()
+        mel = log_mel_spectrogram(waveform, n_mels=self.lm.n_mels)
+        t_feat = time.perf_counter()
+        n_content = content_frames(mel)
+        windows = list(range(0, max(n_content, 1), N_FRAMES))
+        stats = DecodeStats()
+        timings = {"load_s": self.load_seconds, "audio_s": t_audio - t_start, "features_s": t_feat - t_audio,
+                   "encoder_s": 0.0, "language_s": 0.0, "prefill_s": 0.0, "decoder_s": 0.0}
+        chain = DrafterChain(self.drafters) if opts.speculation and opts.draft_len != 0 else DrafterChain([])
+        policy = self.policy if opts.draft_len is None else FixedDraftLength(opts.draft_len)
+        language, language_prob = opts.language, 1.0
+        if language is not None:
+            self.tokenizer.sot_sequence(language, opts.task)  # validates the code for this model
+        previous: list[int] = []
+        initial = self.tokenizer.encode(" " + opts.initial_prompt.strip()) if opts.initial_prompt else []
+        results: list[WindowResult] = []
+        all_tokens: list[int] = []
+        for index, start in enumerate(windows):
+            if opts.progress:
+                opts.progress(index, len(windows))
+            seg_samples = waveform[start * 160:(start + N_FRAMES) * 160]
+            end_frame = min(start + N_FRAMES, n_content)
+            if seg_samples.size == 0 or float(np.abs(seg_samples).max()) < SILENCE_PEAK:
+                results.append(WindowResult(start / 100, end_frame / 100, "", [], "skipped", "silence", {}))
+                continue
+            segment = window_features(mel[:, :end_frame], start)
+            with self.lm.lock:
+                t0 = time.perf_counter()
+                encoder_output = self.lm.encode(segment)
+                t1 = time.perf_counter()
+                timings["encoder_s"] += t1 - t0
+                if language is None:
+                    language, language_prob = self.lm.detect_language(encoder_output)
+                    timings["language_s"] += time.perf_counter() - t1
+                prompt = self._prompt(language, opts, previous, initial)
+                max_new = min(MAX_POSITIONS // 2, MAX_POSITIONS - (len(prompt) - 1))
+                wstats = DecodeStats()
+                numerics, reason = self._choose_numerics(opts, chain, policy)
+                context = WindowContext(prompt=tuple(prompt), eot=self.tokenizer.special.eot, max_new_tokens=max_new,
+                                        previous_tokens=tuple(previous), initial_prompt_tokens=tuple(initial),
+                                        audio=seg_samples, window_index=index)
+                tokens = self._decode(encoder_output, prompt, numerics, chain, policy, context, max_new, wstats)
+            stats.merge(wstats)
+            timings["prefill_s"] += wstats.prefill_s
+            timings["decoder_s"] += wstats.prefill_s + wstats.steps_s
+            text_tokens = [t for t in tokens if t != self.tokenizer.special.eot]
+            all_tokens.extend(text_tokens)
+            previous.extend(t for t in text_tokens if t < self.tokenizer.special.eot)
+            results.append(WindowResult(start / 100, end_frame / 100, self.tokenizer.decode(text_tokens),
+                                        text_tokens, numerics, reason, wstats.to_dict()))
+        if opts.progress:
+            opts.progress(len(windows), len(windows))
+        timings["total_s"] = time.perf_counter() - t_start
+        used = {w.numerics for w in results if w.numerics != "skipped"}
+        numerics = used.pop() if len(used) == 1 else ("mixed" if used else "none")
+        text = "".join(w.text for w in results).strip()
+        return Result(text=text, tokens=all_tokens, language=language or "en", language_probability=language_prob,
+                      numerics=numerics, duration_s=waveform.size / SAMPLE_RATE, timings=timings,
+                      stats=stats.to_dict(), windows=results, model=str(self.model_dir), device=self.lm.device,
+                      compute_type=self.lm.compute_type, threads=self.lm.threads, row_floor=self.row_floor,
+                      speculation_available=self.row_floor is not None)
+
+    # ------------------------------------------------------------------------------------------
+    def _prompt(self, language: str, opts: TranscribeOptions, previous: list[int], initial: list[int]) -> list[int]:
+        sot = self.tokenizer.sot_sequence(language, opts.task)
+        context = (initial + previous) if opts.condition_on_previous_text else initial
+        if not context:
+            return sot
+        return [self.tokenizer.special.sot_prev] + context[-(MAX_POSITIONS // 2 - 1):] + sot
+
+    def _choose_numerics(self, opts: TranscribeOptions, chain: DrafterChain, policy: AdaptiveDraftLength | FixedDraftLength):
+        if not self.lm.has_step_api:
+            return "native", "no step API in this CTranslate2 build"
+        return choose_numerics(opts.numerics, opts.speculation, self.row_floor, bool(chain),
+                               policy.expected_speedup())
+
+    def _decode(self, encoder_output, prompt: list[int], numerics: str, chain: DrafterChain,
+                policy: AdaptiveDraftLength | FixedDraftLength, context: WindowContext, max_new: int, wstats: DecodeStats) -> list[int]:
+        eot = self.tokenizer.special.eot
+        if numerics == "native":
+            t0 = time.perf_counter()
+            result = self.lm.model.generate(encoder_output, [prompt], beam_size=1, max_length=MAX_POSITIONS)[0]
+            wstats.steps_s += time.perf_counter() - t0
+            tokens = list(result.sequences_ids[0])
+            wstats.tokens += len(tokens)
+            return tokens
+        from .verifier import DecoderSession
+
+        session = DecoderSession(self.lm, encoder_output, prompt, numerics, row_floor=self.row_floor or 2)
+        chain.begin(context)
+        speculating = numerics == "batch-invariant" and bool(chain)
+        # Filler rows carry the bigram guess while speculating; the no-speculation oracle uses a constant.
+        filler = self.guesser if speculating else (lambda _tokens: eot)
+        tokens = decode_window(session, chain if speculating else NullDrafter(), policy, max_new, eot, wstats,
+                               filler)
+        text_tokens = [t for t in tokens if t != eot]
+        if not speculating and chain:
+            shadow_replay(chain, tokens, policy.draft_len(), wstats, policy)
+        chain.end(text_tokens)
+        self.guesser.learn(text_tokens)
+        return tokens
+
+    # ------------------------------------------------------------------------------------------
+    def save_learned(self, path: str | Path) -> Path:
+        """Write the online-learned token map (``--learn-save``) atomically."""
+        if self.tokenmap_drafter is None:
+            raise SpecWhisperError("nothing learned: the engine was created without learn=True",
+                                   where="--learn-save", hint="add --learn")
+        return self.tokenmap_drafter.save(path)
+
+
+def _make_tokenmap_drafter(path: str | Path | None, tokenizer, learn: bool) -> Drafter:
+    from .drafters.tokenmap_drafter import TokenMapDrafter
+    from .tokenmap import load_token_map
+
+    static = load_token_map(path, tokenizer) if path is not None else None
+    return TokenMapDrafter(static, tokenizer, learn=learn)

@@ -1,0 +1,104 @@
+"""The decoder session of one window: prefill, single-row steps, and exact batched verification.
+
+This is the only place that drives the step API. Two numerics:
+
+* ``single-row``: prefill the prompt but its last token, then 1-row steps, exactly as CT2's
+  ``generate`` (and so faster-whisper) decodes greedily.
+* ``batch-invariant``: prefill the whole prompt, then every decoder call carries at least
+  ``row_floor`` rows. The self-test shows that from that size on a token's logits are bitwise the
+  same whatever the call's size and the token's row, so the emitted tokens cannot depend on what
+  was drafted: drafts only decide how many tokens one call confirms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+from .backend import MAX_POSITIONS, LoadedModel
+
+Numerics = Literal["single-row", "batch-invariant"]
+
+
+class DecoderSession:
+    """KV-cached decoding of one window; never cloned, rolled back with ``truncate_to_step``."""
+
+    def __init__(self, lm: LoadedModel, encoder_output, prompt: Sequence[int], numerics: Numerics,
+                 row_floor: int = 2) -> None:
+        self._lm = lm
+        self._model = lm.model
+        self._encoder_output = encoder_output
+        self._prompt = list(prompt)
+        self.numerics = numerics
+        self.row_floor = max(2, int(row_floor))
+        self._suppress = lm.suppress
+        self._vocab = lm.vocab_size
+        self._state = None
+
+    def start(self) -> int:
+        """Prefill the prompt and return the first token (blank and EOT suppressed, as CT2 does)."""
+        model, prompt = self._model, self._prompt
+        if self.numerics == "single-row" and len(prompt) > 1:
+            self._state, _ = model.prefill(self._encoder_output, prompt[:-1])
+            first_mask = sorted(set(self._suppress) | set(self._lm.suppress_begin))
+            return int(model.forward_step_greedy(self._state, prompt[-1], first_mask))
+        self._state, logits = model.prefill(self._encoder_output, prompt)
+        scores = _to_numpy(logits).reshape(-1).astype(np.float32, copy=True)
+        scores[self._suppress] = -np.inf
+        scores[self._lm.suppress_begin] = -np.inf
+        return int(scores.argmax())
+
+    def step(self, token: int) -> int:
+        """Feed one token in a 1-row call; return greedy's next token."""
+        return int(self._model.forward_step_greedy(self._state, token, self._suppress))
+
+    def verify(self, history: Sequence[int], drafts: Sequence[int]) -> tuple[list[int], int | None]:
+        """Feed ``history[-1]`` plus ``drafts`` in one call of at least ``row_floor`` rows.
+
+        Returns the drafted tokens greedy would have produced (a prefix of ``drafts``) and the
+        model's own next token (None when an accepted draft was EOT). The state is truncated to
+        the last accepted token. Invalid draft ids end the draft; rows beyond the position limit
+        are dropped, and if too few remain, already emitted tokens are fed again (their rows are
+        recomputed bit for bit) so that the call still has ``row_floor`` rows.
+        """
+        state = self._state
+        base = state.current_step
+        rows = [history[-1]]
+        for d in drafts:
+            if not (0 <= d < self._vocab):
+                break
+            rows.append(int(d))
+        rows = rows[: max(1, MAX_POSITIONS - base)]
+        refeed = min(max(0, self.row_floor - len(rows)), len(history) - 1)
+        if refeed:
+            state.truncate_to_step(base - refeed)
+            preds = self._model.forward_batch_greedy(state, list(history[-1 - refeed:-1]) + rows,
+                                                     self._suppress)[refeed:]
+        else:
+            preds = self._model.forward_batch_greedy(state, rows, self._suppress)
+        accepted: list[int] = []
+        eot = self._lm.tokenizer.special.eot
+        for i in range(1, len(rows)):
+            if preds[i - 1] != rows[i]:
+                break
+            accepted.append(rows[i])
+            if rows[i] == eot:
+                state.truncate_to_step(base + len(rows))
+                return accepted, None
+        state.truncate_to_step(base + 1 + len(accepted))
+        return accepted, int(preds[len(accepted)])
+
+    @property
+    def current_step(self) -> int:
+        return self._state.current_step if self._state is not None else 0
+
+
+def _to_numpy(view) -> np.ndarray:
+    try:
+        return np.asarray(view)
+    except (TypeError, ValueError, RuntimeError):  # CUDA storage: bring it to the host first
+        import ctranslate2
+
+        return np.asarray(view.to_device(ctranslate2.Device.cpu))
