@@ -2,9 +2,9 @@
 
 This is the only place that drives the step API. Two numerics:
 
-* ``single-row``: prefill the prompt but its last token, then 1-row steps, exactly as CT2's
-  ``generate`` (and so faster-whisper) decodes greedily.
-* ``batch-invariant``: prefill the whole prompt, then every decoder call carries at least
+* ``single-row``: prefill the prompt, then 1-row steps, exactly as the fork's ``generate``
+  decodes greedily (the fastest greedy).
+* ``batch-invariant``: prefill the prompt, then every decoder call carries at least
   ``row_floor`` rows. The self-test shows that from that size on a token's logits are bitwise the
   same whatever the call's size and the token's row, so the emitted tokens cannot depend on what
   was drafted: drafts only decide how many tokens one call confirms.
@@ -38,13 +38,13 @@ class DecoderSession:
         self._state = None
 
     def start(self) -> int:
-        """Prefill the prompt and return the first token (blank and EOT suppressed, as CT2 does)."""
-        model, prompt = self._model, self._prompt
-        if self.numerics == "single-row" and len(prompt) > 1:
-            self._state, _ = model.prefill(self._encoder_output, prompt[:-1])
-            first_mask = sorted(set(self._suppress) | set(self._lm.suppress_begin))
-            return int(model.forward_step_greedy(self._state, prompt[-1], first_mask))
-        self._state, logits = model.prefill(self._encoder_output, prompt)
+        """Prefill the whole prompt in one call and return the first token (blank and EOT suppressed).
+
+        The fork's ``generate`` starts the same way (its first token comes from the multi-row prompt
+        call, then 1-row steps follow): on 40 of 40 read-speech clips this matched it, while feeding
+        the prompt's last token as a 1-row step differed on 2 near-ties.
+        """
+        self._state, logits = self._model.prefill(self._encoder_output, self._prompt)
         scores = _to_numpy(logits).reshape(-1).astype(np.float32, copy=True)
         scores[self._suppress] = -np.inf
         scores[self._lm.suppress_begin] = -np.inf

@@ -1,0 +1,80 @@
+"""Shared fixtures: real models (through the model store), the shared corpus, loaded engines.
+
+The corpus lives in ../shared/data beside the checkout (or $SPECWHISPER_SHARED_DATA); tests
+that need it skip with a clear message when it is absent. Models come from the model store's
+cache ($SPECWHISPER_CACHE); $SPECWHISPER_TEST_BASE / $SPECWHISPER_TEST_TINY may point at local
+CT2 directories instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_data_root() -> Path | None:
+    env = os.environ.get("SPECWHISPER_SHARED_DATA")
+    candidates = [Path(env)] if env else []
+    candidates += [REPO.parent / "shared" / "data", REPO / "shared" / "data"]
+    for c in candidates:
+        if (c / "README.md").is_file():
+            return c
+    return None
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    root = shared_data_root()
+    if root is None:
+        pytest.skip("shared test corpus not found: expected ../shared/data beside the checkout "
+                    "(or set SPECWHISPER_SHARED_DATA)")
+    return root
+
+
+def load_manifest(path: Path) -> list[dict]:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for r in rows:
+        r["path"] = str(path.parent / r["audio"])
+    return rows
+
+
+def _model_dir(name: str, env: str) -> Path:
+    override = os.environ.get(env)
+    if override:
+        return Path(override)
+    from specwhisper.errors import SpecWhisperError
+    from specwhisper.model_store import resolve_model
+
+    try:
+        return resolve_model(name)
+    except SpecWhisperError as exc:
+        pytest.skip(f"model {name} unavailable: {exc.what}")
+
+
+@pytest.fixture(scope="session")
+def base_model_dir() -> Path:
+    return _model_dir("base", "SPECWHISPER_TEST_BASE")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    return _model_dir("tiny.en", "SPECWHISPER_TEST_TINY")
+
+
+@pytest.fixture(scope="session")
+def base_engine(base_model_dir):
+    from specwhisper import WhisperEngine
+
+    return WhisperEngine(base_model_dir, compute_type="int8", threads=2, prompt_lookup=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_model_dir):
+    from specwhisper import WhisperEngine
+
+    return WhisperEngine(tiny_model_dir, compute_type="int8", threads=2, prompt_lookup=False)

@@ -1,0 +1,63 @@
+"""Test helpers that run the engine's one decoding loop on a cached encoder output."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specwhisper.audio import load_audio
+from specwhisper.decoder import decode_window
+from specwhisper.drafters.base import NullDrafter, WindowContext
+from specwhisper.features import content_frames, log_mel_spectrogram, window_features
+from specwhisper.policy import FixedDraftLength
+from specwhisper.stats import DecodeStats
+from specwhisper.verifier import DecoderSession
+
+_ENCODED: dict = {}
+
+
+def encode_clip(engine, path: str):
+    """Encoder output of a single-window clip, features windowed as the engine does (cached per session)."""
+    key = (id(engine), path)
+    if key not in _ENCODED:
+        _ENCODED[key] = _encode(engine, path)
+    return _ENCODED[key]
+
+
+def _encode(engine, path: str):
+    audio = load_audio(path)
+    mel = log_mel_spectrogram(audio, n_mels=engine.lm.n_mels)
+    return engine.lm.encode(window_features(mel[:, :content_frames(mel)], 0)), audio
+
+
+def decode(engine, encoder_output, numerics: str, drafter=None, k: int = 4, language: str = "en",
+           filler=None) -> tuple[list[int], DecodeStats]:
+    """Tokens (EOT excluded) and stats of one window through ``decode_window``."""
+    tok = engine.tokenizer
+    prompt = tok.sot_sequence(language)
+    eot = tok.special.eot
+    max_new = min(224, 448 - (len(prompt) - 1))
+    session = DecoderSession(engine.lm, encoder_output, prompt, numerics, row_floor=engine.row_floor or 2)
+    drafter = drafter or NullDrafter()
+    drafter.begin(WindowContext(prompt=tuple(prompt), eot=eot, max_new_tokens=max_new))
+    stats = DecodeStats()
+    tokens = decode_window(session, drafter, FixedDraftLength(k), max_new, eot, stats,
+                           filler or (lambda _t: eot))
+    return [t for t in tokens if t != eot], stats
+
+
+def generate_tokens(engine, encoder_output, language: str = "en") -> list[int]:
+    """The fork's own greedy ``generate`` (CT2's native decoding)."""
+    prompt = engine.tokenizer.sot_sequence(language)
+    return list(engine.lm.model.generate(encoder_output, [prompt], beam_size=1)[0].sequences_ids[0])
+
+
+def top2_margin(engine, encoder_output, tokens: list[int], position: int, language: str = "en") -> float:
+    """Top-1 minus top-2 logit at ``position`` under single-row numerics (for reporting near-ties)."""
+    model = engine.lm.model
+    prompt = engine.tokenizer.sot_sequence(language)
+    state, _ = model.prefill(encoder_output, prompt[:-1])
+    logits = np.asarray(model.forward_step(state, prompt[-1])).reshape(-1)
+    for t in tokens[:position]:
+        logits = np.asarray(model.forward_step(state, t)).reshape(-1)
+    top = np.sort(logits)[-2:]
+    return float(top[1] - top[0])

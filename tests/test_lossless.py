@@ -1,0 +1,78 @@
+"""Speculation never changes the text: any drafter, any K, same numerics -> same tokens.
+
+The oracle is the engine's own loop with nothing drafted, in the same numerics. Adversarial
+drafters (random ids, out-of-vocabulary ids, early EOT, the greedy continuation with one token
+flipped, drafts longer than the remaining length, every K from 1 to 16) may cost speed only.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from adversarial import EarlyEot, Oracle, OutOfVocabulary, RandomIds, Repeater
+from clips import every_single_window_clip, representative
+from decoding import decode, encode_clip
+
+
+def _adversaries(engine, reference, seed):
+    eot, vocab = engine.tokenizer.special.eot, engine.lm.vocab_size
+    return {
+        "random": RandomIds(seed, vocab),
+        "oov": OutOfVocabulary(vocab),
+        "early_eot": EarlyEot(eot),
+        "flip": Oracle(reference, eot, flip=True, seed=seed),
+        "overlong": Oracle(reference, eot, overlong=True),
+        "repeat": Repeater(),
+    }
+
+
+def _check_clip(engine, clip, seed, exhaustive=False):
+    """Oracle vs adversaries on one clip: every (adversary, K) pair when exhaustive, else a rotating few."""
+    enc, _ = encode_clip(engine, clip["path"])
+    oracle, _ = decode(engine, enc, "batch-invariant")
+    cases = [(name, k) for name in _adversaries(engine, oracle, seed) for k in (1, 5, 16)]
+    if not exhaustive:
+        cases = cases[seed % 3::6]
+    for name, k in cases:
+        drafter = _adversaries(engine, oracle, seed)[name]
+        tokens, stats = decode(engine, enc, "batch-invariant", drafter, k=k, filler=engine.guesser)
+        assert tokens == oracle, f"{clip['audio']}: drafter {name} K={k} changed the output"
+    return enc, oracle
+
+
+def test_selftest_finds_invariant_floor(base_engine):
+    result = base_engine.lm.selftest(use_cache=False)
+    assert result.row_floor is not None, result.max_abs_diff_by_rows
+    assert base_engine.row_floor == result.row_floor
+
+
+def test_adversarial_drafters_never_change_tokens_base(base_engine, shared_data):
+    for seed, clip in enumerate(representative(shared_data)):
+        _check_clip(base_engine, clip, seed)
+
+
+def test_every_k_and_perfect_drafts_base(base_engine, shared_data):
+    clip = next(c for c in representative(shared_data) if c.get("id") == "jfk")
+    enc, oracle = _check_clip(base_engine, clip, 0, exhaustive=True)
+    eot = base_engine.tokenizer.special.eot
+    for k in range(1, 17):
+        tokens, stats = decode(base_engine, enc, "batch-invariant", Oracle(oracle, eot, flip=True, seed=k), k=k)
+        assert tokens == oracle, f"K={k}"
+    tokens, stats = decode(base_engine, enc, "batch-invariant", Oracle(oracle, eot), k=8)
+    assert tokens == oracle
+    # A perfect drafter confirms K tokens per call: far fewer decoder calls than tokens.
+    assert stats.verify_calls <= len(oracle) // 4 + 2
+    assert stats.acceptance_rate > 0.9
+
+
+def test_adversarial_drafters_tiny(tiny_engine, shared_data):
+    for seed, clip in enumerate(representative(shared_data)[::3]):
+        _check_clip(tiny_engine, clip, seed)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("model", ["base", "tiny"])
+def test_lossless_every_clip(model, base_engine, tiny_engine, shared_data):
+    engine = base_engine if model == "base" else tiny_engine
+    for seed, clip in enumerate(every_single_window_clip(shared_data)):
+        _check_clip(engine, clip, seed, exhaustive=True)

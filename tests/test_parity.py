@@ -1,0 +1,82 @@
+"""Single-row numerics are CT2's own greedy: tokens equal the fork's ``generate(beam_size=1)``,
+and text equals faster-whisper's greedy transcript (oracle fixture made in the peer environment)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clips import every_single_window_clip, representative
+from decoding import decode, encode_clip, generate_tokens
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _check_generate_parity(engine, clip):
+    enc, _ = encode_clip(engine, clip["path"])
+    ours, stats = decode(engine, enc, "single-row")
+    assert ours == generate_tokens(engine, enc), clip["audio"]
+    assert stats.verify_calls == 0 and stats.steps == len(ours)  # single-row means 1-row steps only
+
+
+def test_single_row_equals_generate_base(base_engine, shared_data):
+    for clip in representative(shared_data):
+        _check_generate_parity(base_engine, clip)
+
+
+def test_single_row_equals_generate_tiny(tiny_engine, shared_data):
+    for clip in representative(shared_data)[::2]:
+        _check_generate_parity(tiny_engine, clip)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("model", ["base", "tiny"])
+def test_single_row_equals_generate_every_clip(model, base_engine, tiny_engine, shared_data):
+    engine = base_engine if model == "base" else tiny_engine
+    for clip in every_single_window_clip(shared_data):
+        _check_generate_parity(engine, clip)
+
+
+@pytest.mark.parametrize("model", ["base", "tiny.en"])
+def test_text_equals_faster_whisper_greedy(model, base_engine, tiny_engine, shared_data):
+    path = FIXTURES / "fw_greedy.json"
+    if not path.is_file():
+        pytest.skip("tests/fixtures/fw_greedy.json missing (make it with python -m benchmarks.make_oracle_fixtures)")
+    fixture = json.loads(path.read_text(encoding="utf-8"))
+    engine = base_engine if model == "base" else tiny_engine
+    entries = fixture["models"][model]
+    assert entries, "fixture has no clips"
+    for entry in entries:
+        result = engine.transcribe(str(shared_data / entry["audio"]), language="en", numerics="single-row")
+        assert result.text == entry["text"].strip(), entry["audio"]
+        if "tokens" in entry:
+            assert result.tokens == entry["tokens"], entry["audio"]
+
+
+def test_transcribe_real_sentences_reference_quality(base_engine, shared_data):
+    """The engine's default path gives reference-quality text on the real sentence clips."""
+    from clips import clips
+
+    def words(s: str) -> list[str]:
+        return "".join(ch.lower() if ch.isalnum() or ch.isspace() else " " for ch in s).split()
+
+    errors = total = 0
+    for clip in [c for c in clips(shared_data, "real") if c.get("kind") == "sentence"]:
+        result = base_engine.transcribe(clip["path"])
+        ref, hyp = words(clip["text"]), words(result.text)
+        errors += _edit_distance(ref, hyp)
+        total += len(ref)
+        assert result.language == "en"
+    assert errors / total < 0.15, f"WER {errors / total:.3f}"
+
+
+def _edit_distance(a: list[str], b: list[str]) -> int:
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
