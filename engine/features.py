@@ -17,6 +17,7 @@ HOP_LENGTH = 160
 SAMPLE_RATE = 16000
 N_FRAMES = 3000  # one 30 s window
 FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH
+_BLOCK = 6000  # frames per block (60 s)
 
 
 @lru_cache(maxsize=4)
@@ -52,15 +53,19 @@ def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, padding: int = HOP_
     if audio.size <= half:  # reflect padding needs more samples than half a frame
         audio = np.pad(audio, (0, half + 1 - audio.size))
     padded = np.pad(audio, (half, half), mode="reflect")
-    n_frames = 1 + (padded.size - N_FFT) // HOP_LENGTH
-    frames = np.lib.stride_tricks.as_strided(
-        padded, shape=(n_frames, N_FFT), strides=(padded.strides[0] * HOP_LENGTH, padded.strides[0])
-    )
+    n_frames = 1 + (padded.size - N_FFT) // HOP_LENGTH - 1  # Whisper drops the last STFT frame
     window = np.hanning(N_FFT + 1)[:-1].astype(np.float32)
-    spectrum = np.fft.rfft(frames * window, axis=-1).astype(np.complex64)
-    power = (np.abs(spectrum[:-1]) ** 2).T  # drop the last frame, as Whisper does
-    mel = mel_filters(n_mels) @ power
-    log_spec = np.log10(np.maximum(mel, 1e-10))
+    filters = mel_filters(n_mels)
+    log_spec = np.empty((n_mels, n_frames), dtype=np.float32)
+    for first in range(0, n_frames, _BLOCK):  # blocks bound the temporaries for long audio
+        count = min(_BLOCK, n_frames - first)
+        frames = np.lib.stride_tricks.as_strided(
+            padded[first * HOP_LENGTH:], shape=(count, N_FFT),
+            strides=(padded.strides[0] * HOP_LENGTH, padded.strides[0]),
+        )
+        spectrum = np.fft.rfft(frames * window, axis=-1).astype(np.complex64)
+        power = (np.abs(spectrum) ** 2).T
+        log_spec[:, first:first + count] = np.log10(np.maximum(filters @ power, 1e-10))
     log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
     return ((log_spec + 4.0) / 4.0).astype(np.float32)
 

@@ -1,0 +1,64 @@
+"""The CLI contract: transcribe to txt/json, stats, numerics recorded, atomic output files."""
+
+from __future__ import annotations
+
+import json
+
+from specwhisper.cli import main
+
+
+def test_json_output_contract(base_model_dir, shared_data, tmp_path, capsys):
+    audio = shared_data / "real/audio/jfk.flac"
+    rc = main(["transcribe", str(audio), "--model", str(base_model_dir), "--threads", "2", "--output-format", "json",
+               "--output-dir", str(tmp_path), "--language", "en", "--numerics", "single-row", "--stats"])
+    err = capsys.readouterr().err
+    assert rc == 0
+    data = json.loads((tmp_path / "jfk.json").read_text())
+    for key in ("text", "tokens", "language", "timings", "numerics", "stats"):
+        assert key in data
+    for key in ("features_s", "encoder_s", "decoder_s", "total_s"):
+        assert data["timings"][key] >= 0
+    for key in ("drafted", "accepted", "verify_calls", "steps"):
+        assert key in data["stats"]
+    assert data["numerics"] == "single-row" and data["language"] == "en"
+    tok_eot = 50257
+    assert data["tokens"] and tok_eot not in data["tokens"] and 50258 not in data["tokens"]
+    assert "ask not what your country" in data["text"]
+    assert "Ar=" in err and "numerics=single-row" in err
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def test_speculation_and_no_speculation_agree_via_cli(base_model_dir, shared_data, tmp_path, capsys):
+    audio = shared_data / "real/audio/librispeech_2412-153948-0000.flac"
+    outputs = {}
+    for name, extra in (("spec", ["--draft-len", "4"]), ("plain", ["--no-speculation"])):
+        out = tmp_path / name
+        rc = main(["transcribe", str(audio), "--model", str(base_model_dir), "--threads", "2", "--language", "en",
+                   "--numerics", "batch-invariant", "--output-format", "json", "--output-dir", str(out), *extra])
+        assert rc == 0
+        outputs[name] = json.loads((out / f"{audio.stem}.json").read_text())
+    capsys.readouterr()
+    assert outputs["spec"]["tokens"] == outputs["plain"]["tokens"]
+    assert outputs["spec"]["numerics"] == outputs["plain"]["numerics"] == "batch-invariant"
+    assert outputs["spec"]["stats"]["verify_calls"] > 0 and outputs["plain"]["stats"]["drafted"] >= 0
+
+
+def test_txt_to_stdout_and_continue_after_bad_file(base_model_dir, shared_data, tmp_path, capsys):
+    good = shared_data / "real/audio/jfk.flac"
+    rc = main(["transcribe", str(tmp_path / "missing.flac"), str(good), "--model", str(base_model_dir),
+               "--threads", "2", "--language", "en"])
+    out, err = capsys.readouterr()
+    assert rc == 1  # one file failed, the other was transcribed
+    assert "ask not what your country" in out and "missing.flac" in err
+
+
+def test_models_list_and_path(base_model_dir, capsys):
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "base" in out and "tiny.en" in out
+
+
+def test_doctor_reports_step_api(capsys):
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "step API" in out and "ctranslate2" in out

@@ -1,0 +1,136 @@
+"""Bad input gets a clear error (what, where, what to do) and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from specwhisper.audio import load_audio
+from specwhisper.cli import main
+from specwhisper.errors import AudioError, ModelError
+
+
+def _cli(args, capsys) -> tuple[int, str, str]:
+    rc = main(args)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_missing_file(base_model_dir, capsys, tmp_path):
+    rc, out, err = _cli(["transcribe", str(tmp_path / "nope.wav"), "--model", str(base_model_dir)], capsys)
+    assert rc != 0 and "audio file not found" in err and "nope.wav" in err and "Traceback" not in err
+
+
+def test_directory_is_refused(tmp_path):
+    with pytest.raises(AudioError, match="directory"):
+        load_audio(tmp_path)
+
+
+def test_non_audio_bytes(tmp_path):
+    junk = tmp_path / "junk.wav"
+    junk.write_bytes(b"this is not audio at all" * 100)
+    with pytest.raises(AudioError, match="cannot decode"):
+        load_audio(junk)
+    with pytest.raises(AudioError):
+        load_audio(b"\x00\x01garbage" * 50)
+
+
+def test_zero_length_audio(tmp_path):
+    empty = tmp_path / "empty.wav"
+    sf.write(empty, np.zeros(0, np.float32), 16000)
+    with pytest.raises(AudioError, match="no samples"):
+        load_audio(empty)
+    (tmp_path / "zero.flac").write_bytes(b"")
+    with pytest.raises(AudioError, match="empty"):
+        load_audio(tmp_path / "zero.flac")
+
+
+def test_mp3_without_pyav_names_the_extra(tmp_path, monkeypatch):
+    fake = tmp_path / "clip.mp3"
+    fake.write_bytes(b"ID3" + b"\x00" * 200)
+    monkeypatch.setitem(sys.modules, "av", None)  # as if PyAV were not installed
+    with pytest.raises(AudioError, match=r"specwhisper\[av\]"):
+        load_audio(fake)
+
+
+def test_stereo_48k_works_and_matches_mono(base_engine, shared_data, tmp_path):
+    mono = load_audio(shared_data / "real/audio/jfk.flac")
+    import soxr
+
+    up = soxr.resample(mono, 16000, 48000)
+    stereo = np.stack([up, up], axis=1)
+    path = tmp_path / "jfk48k.wav"
+    sf.write(path, stereo, 48000, subtype="FLOAT")
+    assert abs(load_audio(path).size - mono.size) < 20
+    result = base_engine.transcribe(path, language="en")
+    assert "fellow americans" in result.text.lower()
+
+
+def test_tenth_of_a_second(base_engine):
+    rng = np.random.default_rng(0)
+    result = base_engine.transcribe((0.01 * rng.standard_normal(1600)).astype(np.float32), language="en")
+    assert isinstance(result.text, str) and result.duration_s == pytest.approx(0.1)
+
+
+def test_ten_minutes_of_silence_is_fast(base_engine):
+    t0 = time.perf_counter()
+    result = base_engine.transcribe(np.zeros(16000 * 600, np.float32), language="en")
+    assert result.text == ""
+    assert len(result.windows) == 20 and all(w.numerics == "skipped" for w in result.windows)
+    assert time.perf_counter() - t0 < 20
+
+
+def test_bytes_and_array_inputs(base_engine, shared_data):
+    data = (shared_data / "real/audio/jfk.flac").read_bytes()
+    from_bytes = base_engine.transcribe(data, language="en")
+    from_array = base_engine.transcribe(load_audio(shared_data / "real/audio/jfk.flac"), language="en")
+    assert from_bytes.tokens == from_array.tokens and "ask not" in from_bytes.text.lower()
+
+
+def test_corrupt_model_dir(tmp_path, capsys):
+    bad = tmp_path / "model"
+    bad.mkdir()
+    (bad / "model.bin").write_bytes(b"\x00" * 1000)
+    (bad / "config.json").write_text(json.dumps({"suppress_ids": [], "alignment_heads": []}))
+    (bad / "tokenizer.json").write_text("{}")
+    rc, out, err = _cli(["transcribe", "x.wav", "--model", str(bad)], capsys)
+    assert rc == 2 and "error:" in err and str(bad) in err and "Traceback" not in err
+
+
+def test_model_of_wrong_kind(tmp_path, base_model_dir):
+    from specwhisper.model_store import check_model_dir
+
+    other = tmp_path / "translator"
+    other.mkdir()
+    for f in ("model.bin", "tokenizer.json"):
+        (other / f).symlink_to(base_model_dir / f)
+    (other / "config.json").write_text(json.dumps({"add_source_bos": False, "unk_token": "<unk>"}))
+    with pytest.raises(ModelError, match="not describe a Whisper model"):
+        check_model_dir(other)
+
+
+def test_unknown_model_name(capsys):
+    rc, out, err = _cli(["transcribe", "x.wav", "--model", "whisper-gigantic"], capsys)
+    assert rc == 2 and "unknown model 'whisper-gigantic'" in err and "tiny.en" in err
+
+
+def test_unknown_language(base_engine, shared_data):
+    from specwhisper.errors import SpecWhisperError
+
+    with pytest.raises(SpecWhisperError, match="language"):
+        base_engine.transcribe(shared_data / "real/audio/jfk.flac", language="klingon")
+
+
+def test_cli_subprocess_reports_without_traceback(tmp_path):
+    """The installed console entry point, as a user runs it."""
+    proc = subprocess.run([sys.executable, "-m", "specwhisper", "transcribe", str(tmp_path), "--model",
+                           str(tmp_path / "missing-model")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "error:" in proc.stderr and "Traceback" not in proc.stderr

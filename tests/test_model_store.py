@@ -1,0 +1,58 @@
+"""Model store: pinned packages, verified, atomic pulls, clear errors without a network."""
+
+from __future__ import annotations
+
+import pytest
+
+from specwhisper import model_store
+from specwhisper.errors import ModelError, NetworkError
+
+
+def test_registry_pins_versions_and_hashes():
+    for spec in model_store.REGISTRY.values():
+        assert len(spec.model_sha256) == 64
+        for part in spec.parts:
+            assert "==" in part.requirement and len(part.wheel_sha256) == 64
+
+
+def test_pulled_models_verify(base_model_dir, tiny_model_dir):
+    for name, path in (("base", base_model_dir), ("tiny.en", tiny_model_dir)):
+        if path == model_store.model_path(name):
+            assert model_store.verify(name) == model_store.REGISTRY[name].model_sha256
+        assert model_store.sha256_file(path / "model.bin") == model_store.REGISTRY[name].model_sha256
+
+
+def test_second_pull_is_a_no_op(base_model_dir, monkeypatch):
+    if base_model_dir != model_store.model_path("base"):
+        pytest.skip("base comes from SPECWHISPER_TEST_BASE, not the store")
+    monkeypatch.setattr(model_store, "_download_wheel", lambda *a, **k: pytest.fail("downloaded again"))
+    assert model_store.pull("base") == base_model_dir
+
+
+def test_pull_without_network_fails_cleanly(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "")
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
+    monkeypatch.setenv("PIP_NO_INDEX", "")
+    monkeypatch.setenv("PIP_DEFAULT_TIMEOUT", "2")
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    with pytest.raises(NetworkError, match="could not download"):
+        model_store.pull("tiny.en", quiet=True)
+    models = tmp_path / "cache" / "models"
+    assert not (models / "tiny.en").exists()
+    assert not [p for p in models.iterdir()] if models.exists() else True  # no half model left behind
+
+
+def test_hub_id_without_network(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelError) as info:
+        model_store.resolve_model("Systran/faster-whisper-small")
+    assert "network" in info.value.what or "huggingface_hub" in info.value.what
+
+
+def test_unknown_name():
+    with pytest.raises(ModelError, match="unknown model"):
+        model_store.resolve_model("large-v9")
