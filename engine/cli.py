@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--condition-on-previous-text", action="store_true",
                    help="prompt each 30 s window with the previous window's text")
     t.add_argument("--initial-prompt", default=None, help="text to prompt the first window with (hotwords)")
+    t.add_argument("--audio-ctx", default="full",
+                   help="encoder context: full (default, lossless), auto (short audio gets a short window: faster, "
+                        "may change text), or mel frames 600|1000|1500|2000")
     t.add_argument("--stats", action="store_true", help="print decoding stats (Ar, Al, calls) to stderr")
 
     d = sub.add_parser("demo", help="transcribe the bundled sample with the default model")
@@ -119,7 +122,8 @@ def _dispatch(args) -> int:
         for name, value in (("language", None), ("task", "transcribe"), ("output_format", "txt"), ("output_dir", None),
                             ("no_speculation", False), ("numerics", "auto"), ("tokenmap", None), ("draft_len", None),
                             ("prompt_lookup", True), ("learn", False), ("learn_save", None), ("stats", True),
-                            ("condition_on_previous_text", False), ("initial_prompt", None)):
+                            ("condition_on_previous_text", False), ("initial_prompt", None),
+                            ("audio_ctx", "full")):
             setattr(args, name, value)
         return _transcribe(args)
     if args.command == "models":
@@ -156,7 +160,7 @@ def _transcribe(args) -> int:
                                        numerics=args.numerics, speculation=not args.no_speculation,
                                        draft_len=args.draft_len, initial_prompt=args.initial_prompt,
                                        condition_on_previous_text=args.condition_on_previous_text,
-                                       progress=progress)
+                                       audio_ctx=args.audio_ctx, progress=progress)
         except SpecWhisperError as exc:
             failures += 1
             print(f"error: {exc.message()}", file=sys.stderr)

@@ -81,3 +81,12 @@ def window_features(features: np.ndarray, start: int, n_frames: int = N_FRAMES) 
 def content_frames(features: np.ndarray) -> int:
     """Frames that carry audio (faster-whisper counts features.shape[-1] - 1)."""
     return max(features.shape[-1] - 1, 0)
+
+
+def short_window_features(audio: np.ndarray, frames: int, n_mels: int = 80) -> np.ndarray:
+    """Features of a window shorter than 30 s, padded the way Whisper pads: with the log-mel of
+    silence (audio zeros, which the log clamp turns into max - 8), never zeros in the log domain."""
+    need = frames * HOP_LENGTH
+    padded = np.pad(np.asarray(audio, dtype=np.float32), (0, max(0, need - len(audio))))
+    mel = log_mel_spectrogram(padded[:need], n_mels=n_mels)
+    return np.ascontiguousarray(mel[:, :frames])

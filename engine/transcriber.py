@@ -15,13 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from .audio import SAMPLE_RATE, AudioInput, load_audio
+from .audio_ctx import choose_frames, parse_audio_ctx
 from .backend import MAX_POSITIONS, LoadedModel, SelfTestResult
 from .decoder import decode_window, shadow_replay
 from .drafters.base import Drafter, NullDrafter, WindowContext
 from .drafters.bigram import BigramGuesser
 from .drafters.chain import DrafterChain
 from .errors import SpecWhisperError
-from .features import N_FRAMES, content_frames, log_mel_spectrogram, window_features
+from .features import N_FRAMES, content_frames, log_mel_spectrogram, short_window_features, window_features
 from .model_store import resolve_model
 from .policy import AdaptiveDraftLength, FixedDraftLength, VerifyCost, choose_numerics
 from .stats import DecodeStats
@@ -41,6 +42,7 @@ class TranscribeOptions:
     draft_len: int | None = None
     condition_on_previous_text: bool = False
     initial_prompt: str | None = None
+    audio_ctx: str | int = "full"
     progress: Callable[[int, int], None] | None = None
 
     def __post_init__(self) -> None:
@@ -49,6 +51,7 @@ class TranscribeOptions:
         if self.numerics not in NUMERICS_CHOICES:
             raise SpecWhisperError(f"unknown numerics {self.numerics!r}", where="--numerics",
                                    hint=f"use one of {', '.join(NUMERICS_CHOICES)}")
+        object.__setattr__(self, "audio_ctx", parse_audio_ctx(self.audio_ctx))
         if self.draft_len is not None and not (0 <= self.draft_len <= 16):
             raise SpecWhisperError(f"draft length {self.draft_len} out of range", where="--draft-len",
                                    hint="use 0..16 (0 disables drafting)")
@@ -84,6 +87,7 @@ class Result:
     threads: int = 0
     row_floor: int | None = None
     speculation_available: bool = True
+    audio_ctx: int = N_FRAMES
 
     def to_dict(self) -> dict:
         return {
@@ -106,6 +110,7 @@ class Result:
             "threads": self.threads,
             "row_floor": self.row_floor,
             "speculation_available": self.speculation_available,
+            "audio_ctx": self.audio_ctx,
         }
 
 
@@ -160,6 +165,9 @@ class WhisperEngine:
         mel = log_mel_spectrogram(waveform, n_mels=self.lm.n_mels)
         t_feat = time.perf_counter()
         n_content = content_frames(mel)
+        ctx_frames = choose_frames(opts.audio_ctx, n_content)
+        if ctx_frames < N_FRAMES:
+            mel = short_window_features(waveform, ctx_frames, n_mels=self.lm.n_mels)
         windows = list(range(0, max(n_content, 1), N_FRAMES))
         stats = DecodeStats()
         timings = {"load_s": self.load_seconds, "audio_s": t_audio - t_start, "features_s": t_feat - t_audio,
@@ -181,7 +189,7 @@ class WhisperEngine:
             if seg_samples.size == 0 or float(np.abs(seg_samples).max()) < SILENCE_PEAK:
                 results.append(WindowResult(start / 100, end_frame / 100, "", [], "skipped", "silence", {}))
                 continue
-            segment = window_features(mel[:, :end_frame], start)
+            segment = mel if ctx_frames < N_FRAMES else window_features(mel[:, :end_frame], start)
             with self.lm.lock:
                 t0 = time.perf_counter()
                 encoder_output = self.lm.encode(segment)
@@ -197,7 +205,9 @@ class WhisperEngine:
                 context = WindowContext(prompt=tuple(prompt), eot=self.tokenizer.special.eot, max_new_tokens=max_new,
                                         previous_tokens=tuple(previous), initial_prompt_tokens=tuple(initial),
                                         audio=seg_samples, window_index=index)
-                tokens = self._decode(encoder_output, prompt, numerics, chain, policy, context, max_new, wstats)
+                row_floor = self._row_floor(ctx_frames)
+                tokens = self._decode(encoder_output, prompt, numerics if row_floor else "single-row", chain,
+                                      policy, context, max_new, wstats, row_floor)
             stats.merge(wstats)
             timings["prefill_s"] += wstats.prefill_s
             timings["decoder_s"] += wstats.prefill_s + wstats.steps_s
@@ -216,7 +226,7 @@ class WhisperEngine:
                       numerics=numerics, duration_s=waveform.size / SAMPLE_RATE, timings=timings,
                       stats=stats.to_dict(), windows=results, model=str(self.model_dir), device=self.lm.device,
                       compute_type=self.lm.compute_type, threads=self.lm.threads, row_floor=self.row_floor,
-                      speculation_available=self.row_floor is not None)
+                      speculation_available=self.row_floor is not None, audio_ctx=ctx_frames)
 
     # ------------------------------------------------------------------------------------------
     def _prompt(self, language: str, opts: TranscribeOptions, previous: list[int], initial: list[int]) -> list[int]:
@@ -232,8 +242,15 @@ class WhisperEngine:
         return choose_numerics(opts.numerics, opts.speculation, self.row_floor, bool(chain),
                                policy.expected_speedup())
 
+    def _row_floor(self, ctx_frames: int) -> int | None:
+        """The row floor for this encoder length (the self-test runs once per fixed size)."""
+        if ctx_frames == N_FRAMES or self.selftest_result is None:
+            return self.row_floor
+        return self.lm.selftest(encoder_frames=ctx_frames // 2).row_floor
+
     def _decode(self, encoder_output, prompt: list[int], numerics: str, chain: DrafterChain,
-                policy: AdaptiveDraftLength | FixedDraftLength, context: WindowContext, max_new: int, wstats: DecodeStats) -> list[int]:
+                policy: AdaptiveDraftLength | FixedDraftLength, context: WindowContext, max_new: int,
+                wstats: DecodeStats, row_floor: int | None) -> list[int]:
         eot = self.tokenizer.special.eot
         if numerics == "native":
             t0 = time.perf_counter()
@@ -244,7 +261,7 @@ class WhisperEngine:
             return tokens
         from .verifier import DecoderSession
 
-        session = DecoderSession(self.lm, encoder_output, prompt, numerics, row_floor=self.row_floor or 2)
+        session = DecoderSession(self.lm, encoder_output, prompt, numerics, row_floor=row_floor or 2)
         chain.begin(context)
         speculating = numerics == "batch-invariant" and bool(chain)
         # Filler rows carry the bigram guess while speculating; the no-speculation oracle uses a constant.
