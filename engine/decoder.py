@@ -19,7 +19,7 @@ from .verifier import DecoderSession
 class DraftLengthPolicy(Protocol):
     def draft_len(self) -> int: ...
 
-    def record(self, k: int, n_accepted: int) -> None: ...
+    def record(self, n_proposed: int, n_accepted: int, filler_accepted: int = 0) -> None: ...
 
 
 def decode_window(session: DecoderSession, drafter: Drafter, policy: DraftLengthPolicy, max_new_tokens: int,
@@ -55,7 +55,7 @@ def _speculate(session: DecoderSession, drafter: Drafter, policy: DraftLengthPol
         accepted, nxt = session.verify(out, drafts)
         n_acc = len(accepted)
         drafter.observe(min(n_acc, n_real))
-        policy.record(k, min(n_acc, n_real))
+        policy.record(n_real, min(n_acc, n_real), max(0, n_acc - n_real))
         stats.record_verify(k, len(drafts), n_acc, len(drafts) - n_real, name)
         out.extend(accepted)
         if nxt is not None:
@@ -80,8 +80,8 @@ def shadow_replay(drafter: Drafter, tokens: Sequence[int], k: int, stats: Decode
         while n < len(proposal) and i + n < len(tokens) and proposal[n] == tokens[i + n]:
             n += 1
         drafter.observe(n)
-        if policy is not None and proposal:
-            policy.record(k, n)
+        if policy is not None:
+            policy.record(len(proposal), n)
         stats.shadow_rounds += 1
         stats.shadow_drafted += len(proposal)
         stats.shadow_accepted += n

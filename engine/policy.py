@@ -67,7 +67,7 @@ class FixedDraftLength:
     def draft_len(self) -> int:
         return self.k
 
-    def record(self, k: int, n_accepted: int) -> None:
+    def record(self, n_proposed: int, n_accepted: int, filler_accepted: int = 0) -> None:
         pass
 
     def expected_speedup(self) -> float:
@@ -76,52 +76,76 @@ class FixedDraftLength:
 
 @dataclass
 class AdaptiveDraftLength:
-    """Chooses K each round from recent acceptance by position (exponentially weighted)."""
+    """Chooses K each round from recent acceptance by position (exponentially weighted).
+
+    Rounds where no drafter proposes anything still cost a full call of ``row_floor`` rows (for
+    about one token plus lucky filler guesses), so the estimate weighs them by how often they
+    happen (``coverage``): the expected speedup over single-row greedy is
+    ``(cov E(K) + (1 - cov) E_fill) / (cov c(K + 1) + (1 - cov) c(floor))``.
+    """
 
     cost: VerifyCost
     row_floor: int = 3
     k_max: int = 16
     decay: float = 0.95
     prior: float = 0.5
+    prior_coverage: float = 0.5
     prior_weight: float = 2.0
     _tried: list[float] = field(default_factory=list)
     _hit: list[float] = field(default_factory=list)
+    _rounds: float = 0.0
+    _proposed: float = 0.0
+    _empty: float = 0.0
+    _filler_hits: float = 0.0
     _k: int = 0
+    _speedup: float = 0.0
 
     def __post_init__(self) -> None:
         self._tried = [self.prior_weight] * self.k_max
         self._hit = [self.prior * self.prior_weight] * self.k_max
-        self._k = self._best_k()
+        self._rounds = self.prior_weight
+        self._proposed = self.prior_coverage * self.prior_weight
+        self._update()
 
     def acceptance(self) -> list[float]:
         return [h / t for h, t in zip(self._hit, self._tried)]
 
+    @property
+    def coverage(self) -> float:
+        return self._proposed / self._rounds
+
     def draft_len(self) -> int:
         return self._k
 
-    def record(self, k: int, n_accepted: int) -> None:
-        if k <= 0:
-            return
-        for i in range(min(k, self.k_max)):  # position i was tried iff all before it were accepted
+    def record(self, n_proposed: int, n_accepted: int, filler_accepted: int = 0) -> None:
+        d = self.decay
+        self._rounds = self._rounds * d + 1.0
+        self._proposed = self._proposed * d + (1.0 if n_proposed > 0 else 0.0)
+        if n_proposed <= 0:
+            self._empty = self._empty * d + 1.0
+            self._filler_hits = self._filler_hits * d + filler_accepted
+        for i in range(min(n_proposed, self.k_max)):  # position i was tried iff all before it were accepted
             if i > n_accepted:
                 break
-            self._tried[i] = self._tried[i] * self.decay + 1.0
-            self._hit[i] = self._hit[i] * self.decay + (1.0 if i < n_accepted else 0.0)
-        self._k = self._best_k()
+            self._tried[i] = self._tried[i] * d + 1.0
+            self._hit[i] = self._hit[i] * d + (1.0 if i < n_accepted else 0.0)
+        self._update()
 
-    def _best_k(self) -> int:
+    def _update(self) -> None:
+        acc, cov = self.acceptance(), self.coverage
+        e_fill = 1.0 + (self._filler_hits / self._empty if self._empty else 0.0)
+        c_fill = self.cost(self.row_floor)
         best_k, best = 1, 0.0
-        acc = self.acceptance()
         for k in range(1, self.k_max + 1):
-            gain = expected_tokens(acc, k) / self.cost(max(k + 1, self.row_floor))
-            if gain > best + 1e-9:
-                best_k, best = k, gain
-        return best_k
+            tokens = cov * expected_tokens(acc, k) + (1 - cov) * e_fill
+            price = cov * self.cost(max(k + 1, self.row_floor)) + (1 - cov) * c_fill
+            if tokens / price > best + 1e-9:
+                best_k, best = k, tokens / price
+        self._k, self._speedup = best_k, best
 
     def expected_speedup(self) -> float:
-        """Best tokens-per-cost over single-row greedy (1.0 means break-even)."""
-        k = self.draft_len()
-        return expected_tokens(self.acceptance(), k) / self.cost(max(k + 1, self.row_floor))
+        """Expected tokens per unit of single-row step cost (1.0 means break-even with single-row greedy)."""
+        return self._speedup
 
 
 def choose_numerics(requested: str, speculation: bool, row_floor: int | None, has_drafters: bool,

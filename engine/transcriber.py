@@ -151,8 +151,10 @@ class WhisperEngine:
 
             self.drafters.append(PromptLookupDrafter())
         # Acceptance is learned across calls: a device keeps getting its own user's phrasing.
-        prior = 0.7 if self.tokenmap_drafter is not None else 0.3
-        self.policy = AdaptiveDraftLength(self.verify_cost, row_floor=self.row_floor or 2, prior=prior)
+        # Priors until evidence arrives: a domain token map is expected to pay, prompt lookup alone is not.
+        strong = self.tokenmap_drafter is not None
+        self.policy = AdaptiveDraftLength(self.verify_cost, row_floor=self.row_floor or 2,
+                                          prior=0.7 if strong else 0.3, prior_coverage=0.8 if strong else 0.3)
         self.load_seconds = time.perf_counter() - t0
 
     # ------------------------------------------------------------------------------------------
