@@ -1,0 +1,56 @@
+"""The Python API: result fields, numerics recorded, thread safety, and the numerics policy."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from specwhisper.policy import AdaptiveDraftLength, VerifyCost, choose_numerics
+
+
+def test_result_fields_and_timings(base_engine, shared_data):
+    result = base_engine.transcribe(shared_data / "real/audio/jfk.flac")
+    assert result.language == "en" and result.language_probability > 0.5
+    assert result.numerics in ("single-row", "batch-invariant")
+    t = result.timings
+    assert t["encoder_s"] > 0 and t["decoder_s"] >= t["prefill_s"] > 0
+    assert t["total_s"] >= t["features_s"] + t["encoder_s"] + t["decoder_s"] - 1e-6
+    assert result.stats["tokens"] == len(result.tokens) + 1  # + EOT
+    assert result.row_floor == base_engine.row_floor
+
+
+def test_concurrent_calls_on_one_model(base_engine, shared_data):
+    paths = [shared_data / "real/audio/jfk.flac", shared_data / "real/audio/librispeech_1272-128104-0000.flac"] * 2
+    sequential = [base_engine.transcribe(p, language="en", numerics="single-row").tokens for p in paths]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        parallel = list(pool.map(lambda p: base_engine.transcribe(p, language="en", numerics="single-row").tokens,
+                                 paths))
+    assert parallel == sequential
+
+
+def test_policy_prefers_single_row_without_evidence_and_learns():
+    cost = VerifyCost.default("cpu")
+    weak = AdaptiveDraftLength(cost, row_floor=3, prior=0.3, prior_coverage=0.3)
+    assert weak.expected_speedup() < 1.0
+    assert choose_numerics("auto", True, 3, True, weak.expected_speedup())[0] == "single-row"
+    for _ in range(60):  # a drafter that is right 8 tokens at a time, every round
+        weak.record(8, 8)
+    assert weak.expected_speedup() > 2.0 and weak.draft_len() >= 8
+    assert choose_numerics("auto", True, 3, True, weak.expected_speedup())[0] == "batch-invariant"
+    for _ in range(200):  # now it proposes nothing useful
+        weak.record(0, 0)
+    assert weak.expected_speedup() < 1.0
+
+
+def test_numerics_choice_rules():
+    assert choose_numerics("single-row", True, 3, True, 9.0)[0] == "single-row"
+    assert choose_numerics("batch-invariant", False, 3, False, 0.0)[0] == "batch-invariant"
+    assert choose_numerics("batch-invariant", True, None, True, 9.0)[0] == "single-row"  # self-test failed
+    assert choose_numerics("auto", False, 3, True, 9.0)[0] == "single-row"
+    assert choose_numerics("auto", True, 3, False, 9.0)[0] == "single-row"
+
+
+def test_verify_cost_interpolates():
+    cost = VerifyCost({1: 1.0, 2: 1.6, 4: 1.8})
+    assert cost(1) == 1.0 and cost(3) == pytest.approx(1.7) and cost(10) == 1.8
