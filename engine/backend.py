@@ -1,5 +1,6 @@
 """The loaded CT2 Whisper model: load, capabilities, encoder, language detection, and the
-batch-invariance self-test. Only this module and ``verifier`` touch CTranslate2 objects.
+batch-invariance self-test. Only this module, ``verifier`` (the main model's decoder) and the
+draft-model drafter (its own small model) touch CTranslate2 objects.
 """
 
 from __future__ import annotations

@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--prompt-lookup", dest="prompt_lookup", action="store_true", default=True,
                    help="draft from earlier text (default on)")
     t.add_argument("--no-prompt-lookup", dest="prompt_lookup", action="store_false")
+    t.add_argument("--draft-model", default=None,
+                   help="a small Whisper (name or CT2 dir) drafting ahead; used only where the cost model says it pays")
     t.add_argument("--learn", action="store_true", help="learn drafts from this run's own outputs, file by file")
     t.add_argument("--learn-save", default=None, help="write the learned token map here at the end (atomic)")
     t.add_argument("--condition-on-previous-text", action="store_true",
@@ -121,6 +123,7 @@ def _dispatch(args) -> int:
         args.audio = [str(SAMPLE)]
         for name, value in (("language", None), ("task", "transcribe"), ("output_format", "txt"), ("output_dir", None),
                             ("no_speculation", False), ("numerics", "auto"), ("tokenmap", None), ("draft_len", None),
+                            ("draft_model", None),
                             ("prompt_lookup", True), ("learn", False), ("learn_save", None), ("stats", True),
                             ("condition_on_previous_text", False), ("initial_prompt", None),
                             ("audio_ctx", "full")):
@@ -150,7 +153,8 @@ def _transcribe(args) -> int:
     if args.learn_save and not args.learn:
         raise SpecWhisperError("--learn-save needs --learn", where="--learn-save", hint="add --learn")
     engine = WhisperEngine(args.model, device=args.device, compute_type=args.compute_type, threads=args.threads,
-                           tokenmap=args.tokenmap, learn=args.learn, prompt_lookup=args.prompt_lookup)
+                           tokenmap=args.tokenmap, learn=args.learn, prompt_lookup=args.prompt_lookup,
+                           draft_model=args.draft_model)
     out_dir = args.output_dir or ("." if args.output_format != "txt" else None)
     failures = 0
     for path in args.audio:

@@ -166,3 +166,43 @@ def choose_numerics(requested: str, speculation: bool, row_floor: int | None, ha
     if expected_speedup >= margin:
         return "batch-invariant", f"expected speedup {expected_speedup:.2f}x"
     return "single-row", f"expected speedup {expected_speedup:.2f}x < {margin:.2f}x"
+
+
+def draft_model_expected_speedup(accept_by_pos: list[float], k: int, main_step_ms: float, draft_step_ms: float,
+                                 verify_cost: VerifyCost, row_floor: int = 2,
+                                 overhead_ms_per_token: float = 0.0) -> float:
+    """Speedup over single-row greedy of drafting ``k`` tokens a round with a draft model.
+
+    One round costs ``k`` draft-model calls (the first also feeds the main model's correction)
+    plus one verify call of ``max(k + 1, row_floor)`` rows, and yields ``E(k)`` tokens
+    (``expected_tokens``); greedy would have spent ``E(k)`` main steps on them. So, with
+    ``r = draft_step_ms / main_step_ms`` and ``c = verify_cost``::
+
+        speedup = E(k) / (k * r + c(max(k + 1, floor)) + E(k) * overhead / main_step_ms)
+
+    Break-even rule: drafting pays only if ``E(k) > k * r + c(k + 1)``. As ``E(k) <= k + 1``,
+    a draft model can never pay unless ``r < (k + 1 - c(k + 1)) / k`` even at 100 % acceptance:
+    on CPU (c ~ 1.8) that is r < 0.8 at k = 4 and r < 0.6 at k = 2; at 80 % acceptance
+    per position r must be below ~0.39 (k = 4). ``overhead_ms_per_token`` spreads fixed costs
+    (the draft model's own encoder and prefill per window) over the window's tokens.
+    Whisper tiny.en drafting for base on CPU has r ~ 0.5-0.7 plus an encoder of ~30 % of
+    base's: below break-even, so the policy must refuse it there.
+    """
+    if k <= 0 or main_step_ms <= 0:
+        return 1.0
+    e = expected_tokens(accept_by_pos or [0.0], k)
+    cost = k * draft_step_ms / main_step_ms + verify_cost(max(k + 1, row_floor)) + e * overhead_ms_per_token / main_step_ms
+    return e / cost
+
+
+def draft_model_best_k(accept_by_pos: list[float], main_step_ms: float, draft_step_ms: float, verify_cost: VerifyCost,
+                       row_floor: int = 2, overhead_ms_per_token: float = 0.0, k_max: int = 8) -> tuple[int, float]:
+    """The draft length with the highest ``draft_model_expected_speedup``, and that speedup."""
+    best = (1, draft_model_expected_speedup(accept_by_pos, 1, main_step_ms, draft_step_ms, verify_cost, row_floor,
+                                            overhead_ms_per_token))
+    for k in range(2, k_max + 1):
+        s = draft_model_expected_speedup(accept_by_pos, k, main_step_ms, draft_step_ms, verify_cost, row_floor,
+                                         overhead_ms_per_token)
+        if s > best[1] + 1e-9:
+            best = (k, s)
+    return best

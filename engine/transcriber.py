@@ -119,7 +119,8 @@ class WhisperEngine:
 
     def __init__(self, model: str | Path | None = None, device: str = "cpu", compute_type: str = "int8",
                  threads: int = 2, *, tokenmap: str | Path | None = None, learn: bool = False,
-                 prompt_lookup: bool = True, drafters: list[Drafter] | None = None,
+                 prompt_lookup: bool = True, draft_model: str | Path | None = None,
+                 drafters: list[Drafter] | None = None,
                  verify_cost: VerifyCost | None = None, selftest: bool = True) -> None:
         if device not in ("cpu", "cuda"):
             raise SpecWhisperError(f"unknown device {device!r}", where="--device", hint="use cpu or cuda")
@@ -150,6 +151,18 @@ class WhisperEngine:
             from .drafters.prompt_lookup import PromptLookupDrafter
 
             self.drafters.append(PromptLookupDrafter())
+        self.draft_drafter = None
+        if draft_model is not None and self.row_floor is not None:
+            from .drafters.draft_model import decoder_step_ms, open_draft_drafter
+
+            self.draft_drafter = open_draft_drafter(draft_model, self.tokenizer, device=device,
+                                                    compute_type=compute_type, threads=threads,
+                                                    main_model_dir=self.model_dir, main_device=device)
+            if self.draft_drafter is not None:  # costly: asked last, and only where the cost model says it pays
+                self.drafters.append(self.draft_drafter)
+                self._main_step_ms = decoder_step_ms(self.lm)
+        elif draft_model is not None:
+            warnings.warn("draft model ignored: speculation is unavailable on this machine", stacklevel=2)
         # Acceptance is learned across calls: a device keeps getting its own user's phrasing.
         # Priors until evidence arrives: a domain token map is expected to pay, prompt lookup alone is not.
         strong = self.tokenmap_drafter is not None
@@ -203,13 +216,13 @@ class WhisperEngine:
                 prompt = self._prompt(language, opts, previous, initial)
                 max_new = min(MAX_POSITIONS // 2, MAX_POSITIONS - (len(prompt) - 1))
                 wstats = DecodeStats()
-                numerics, reason = self._choose_numerics(opts, chain, policy)
+                numerics, reason, window_policy = self._choose_numerics(opts, chain, policy, ctx_frames)
                 context = WindowContext(prompt=tuple(prompt), eot=self.tokenizer.special.eot, max_new_tokens=max_new,
                                         previous_tokens=tuple(previous), initial_prompt_tokens=tuple(initial),
                                         audio=seg_samples, window_index=index)
                 row_floor = self._row_floor(ctx_frames)
                 tokens = self._decode(encoder_output, prompt, numerics if row_floor else "single-row", chain,
-                                      policy, context, max_new, wstats, row_floor)
+                                      window_policy, context, max_new, wstats, row_floor)
             stats.merge(wstats)
             timings["prefill_s"] += wstats.prefill_s
             timings["decoder_s"] += wstats.prefill_s + wstats.steps_s
@@ -238,11 +251,28 @@ class WhisperEngine:
             return sot
         return [self.tokenizer.special.sot_prev] + context[-(MAX_POSITIONS // 2 - 1):] + sot
 
-    def _choose_numerics(self, opts: TranscribeOptions, chain: DrafterChain, policy: AdaptiveDraftLength | FixedDraftLength):
+    def _choose_numerics(self, opts: TranscribeOptions, chain: DrafterChain,
+                         policy: AdaptiveDraftLength | FixedDraftLength, ctx_frames: int):
+        """Numerics for the next window, why, and the draft-length policy it runs with."""
         if not self.lm.has_step_api:
-            return "native", "no step API in this CTranslate2 build"
-        return choose_numerics(opts.numerics, opts.speculation, self.row_floor, bool(chain),
-                               policy.expected_speedup())
+            return "native", "no step API in this CTranslate2 build", policy
+        expected, window_policy, note = policy.expected_speedup(), policy, ""
+        draft = self.draft_drafter
+        if draft is not None:
+            draft.enabled = False
+            if chain:
+                ok, k, why = draft.worth_running(self._main_step_ms, self.verify_cost, self.row_floor or 2,
+                                                 draft_encoder_ms=None if draft.stats.windows else
+                                                 self._main_step_ms * 40)
+                note = f"; {why}"
+                if ok:
+                    expected = max(expected, 1.03)
+                    window_policy = policy if opts.draft_len is not None else FixedDraftLength(k)
+                    draft.enabled = True
+        numerics, reason = choose_numerics(opts.numerics, opts.speculation, self.row_floor, bool(chain), expected)
+        if draft is not None and numerics != "batch-invariant":
+            draft.enabled = False  # no draft encoder on windows that will not speculate
+        return numerics, reason + note, window_policy
 
     def _row_floor(self, ctx_frames: int) -> int | None:
         """The row floor for this encoder length (the self-test runs once per fixed size)."""
@@ -271,8 +301,10 @@ class WhisperEngine:
         tokens = decode_window(session, chain if speculating else NullDrafter(), policy, max_new, eot, wstats,
                                filler)
         text_tokens = [t for t in tokens if t != eot]
-        if not speculating and chain:
-            shadow_replay(chain, tokens, policy.draft_len(), wstats, policy)
+        if not speculating and chain:  # costly drafters (draft models) stay out of the shadow
+            shadow = DrafterChain([d for d in chain.drafters if not getattr(d, "costly", False)])
+            if shadow:
+                shadow_replay(shadow, tokens, policy.draft_len(), wstats, policy)
         chain.end(text_tokens)
         self.guesser.learn(text_tokens)
         return tokens

@@ -1,0 +1,344 @@
+"""Draft-model drafter: lossless with base as main and tiny.en (another vocabulary) as draft,
+a byte-exact remap between the two vocabularies, and clear errors for unusable draft models."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import pytest
+
+from clips import clips
+from decoding import decode, encode_clip
+from specwhisper.drafters.draft_model import DraftModelDrafter, load_draft_model, open_draft_drafter
+from specwhisper.drafters.vocab_remap import ByteTokenizer, VocabRemap
+from specwhisper.errors import ModelError, SpecWhisperError, TokenMapError
+from specwhisper.tokenizer import WhisperTokenizer
+
+SAMPLES = [
+    " And so my fellow Americans, ask not what your country can do for you.",
+    " In 1961, 42 + 3.14 = 45.14 (about 97%)!",
+    " Mr. Quilter's \"gospel\" -- isn't it?\n Yes.",
+    " Café, naïve résumé é",
+    " 日本語のテキスト 日本",
+    "  two  spaces and\ttab",
+    " <|endoftext|> stays text",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizers(base_model_dir, tiny_model_dir):
+    return WhisperTokenizer.from_model_dir(base_model_dir), WhisperTokenizer.from_model_dir(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def remap(tokenizers):
+    return VocabRemap(*tokenizers)
+
+
+@pytest.fixture(scope="module")
+def drafter(base_engine, tiny_model_dir):
+    return DraftModelDrafter(tiny_model_dir, base_engine.tokenizer, threads=2)
+
+
+class _WithAudio:
+    """Gives the drafter the clip's audio (tests' ``decode`` starts windows without it)."""
+
+    def __init__(self, drafter, audio):
+        self.drafter, self.audio, self.name = drafter, audio, drafter.name
+
+    def begin(self, window):
+        self.drafter.begin(dataclasses.replace(window, audio=self.audio))
+
+    def propose(self, tokens, k):
+        return self.drafter.propose(tokens, k)
+
+    def observe(self, n):
+        self.drafter.observe(n)
+
+    def end(self, tokens):
+        self.drafter.end(tokens)
+
+
+def _sentences(shared_data, n):
+    return [c for c in clips(shared_data, "real") if c.get("kind") == "sentence"][:n]
+
+
+# --- remap ----------------------------------------------------------------------------------
+_BYTES: dict = {}
+
+
+def _bytes(tok) -> ByteTokenizer:
+    if tok.source not in _BYTES:
+        _BYTES[tok.source] = ByteTokenizer(tok)
+    return _BYTES[tok.source]
+
+
+def _raw(tok, ids):
+    """The exact bytes ids spell (text tokens only)."""
+    pieces = _bytes(tok).piece_bytes
+    return b"".join(pieces[i] for i in ids)
+
+
+def test_vocabularies_really_differ(tokenizers, remap):
+    main, draft = tokenizers
+    assert not remap.identical
+    assert main.encode(" the") != draft.encode(" the")  # ordinary words have other ids: no identity shortcut
+    assert (main.special.eot, draft.special.eot) == (50257, 50256)
+
+
+@pytest.mark.parametrize("text", SAMPLES)
+def test_remap_round_trips_text(tokenizers, remap, text):
+    main, draft = tokenizers
+    ids = _bytes(main).encode_bytes(text.encode())
+    as_draft, n = remap.to_draft(ids)
+    assert n == len(ids)
+    assert _raw(draft, as_draft) == text.encode()
+    back, n = remap.to_main(as_draft)
+    assert n == len(as_draft) and _raw(main, back) == text.encode()
+    # Word-by-word remapping splits multi-token words as the other tokenizer itself would.
+    assert as_draft == _bytes(draft).encode_bytes(text.encode())
+    assert back == ids
+
+
+def test_remap_byte_level_pieces(tokenizers, remap):
+    main, draft = tokenizers
+    ids = draft.encode(" 日本語")
+    pieces = _bytes(draft).piece_bytes
+    partial = [i for i in ids if not _decodes(pieces[i])]
+    assert partial, "expected tiny.en to split CJK characters into byte pieces"
+    for tid in ids:  # each piece alone maps to main ids spelling the same bytes
+        as_main, n = remap.to_main([tid])
+        assert n == 1 and _raw(main, as_main) == pieces[tid]
+    # A history cut inside a character still maps byte for byte, and the rest completes it.
+    head, tail = ids[:2], ids[2:]
+    assert _raw(main, remap.to_main(head)[0]) + _raw(main, remap.to_main(tail)[0]) == " 日本語".encode()
+
+
+def _decodes(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def test_specials_map_by_meaning(tokenizers, remap):
+    main, draft = tokenizers
+    ms, ds = main.special, draft.special
+    for a, b in [(ms.eot, ds.eot), (ms.sot, ds.sot), (ms.no_timestamps, ds.no_timestamps), (ms.sot_prev, ds.sot_prev),
+                 (ms.timestamp_begin, ds.timestamp_begin), (ms.timestamp_begin + 50, ds.timestamp_begin + 50)]:
+        assert remap.to_draft([a]) == ([b], 1)
+        assert remap.to_main([b]) == ([a], 1)
+    en = main.language_token("en")  # tiny.en's tokenizer keeps the language tokens (at other ids)
+    assert remap.to_draft([en]) == ([draft.token_to_id("<|en|>")], 1) and en != draft.token_to_id("<|en|>")
+    assert remap.to_main([23105, 10**6, 23105]) == (main.encode(" hi"), 1)  # no counterpart: mapping stops
+    assert remap.prompt_to_draft(main.sot_sequence("en")) == draft.sot_sequence("en")
+    assert remap.prompt_to_draft(main.sot_sequence("de")) is None
+    assert remap.prompt_to_draft(main.sot_sequence("en", "translate")) is None
+    prev = main.encode(" Hello there.")
+    assert remap.prompt_to_draft([ms.sot_prev, *prev, *main.sot_sequence("en")]) == [
+        ds.sot_prev, *draft.encode(" Hello there."), *draft.sot_sequence("en")]
+
+
+def test_stored_converter_map_is_used_and_checked(base_model_dir, tiny_model_dir, tokenizers, remap, tmp_path):
+    """The converter's stored table gives the same remap; a table for other tokenizers is refused."""
+    from specwhisper.converters.vocab_map import build_vocab_map, load_vocab_map
+
+    main, draft = tokenizers
+    path = build_vocab_map(base_model_dir, tiny_model_dir).save(tmp_path / "map.npz")
+    stored = VocabRemap(main, draft, load_vocab_map(path, main, draft))
+    for text in SAMPLES:
+        ids = main.encode(text)
+        assert stored.to_draft(ids) == remap.to_draft(ids)
+    with pytest.raises(TokenMapError, match="other tokenizers"):
+        VocabRemap(main, draft, load_vocab_map(path, main, draft).swapped())
+
+
+# --- drafting -------------------------------------------------------------------------------
+def test_draft_model_is_lossless(base_engine, drafter, shared_data):
+    """Tokens with the draft model equal the no-speculation oracle in batch-invariant numerics."""
+    drafted = 0
+    for clip, k in zip(_sentences(shared_data, 4), (4, 2, 7, 1)):
+        enc, audio = encode_clip(base_engine, clip["path"])
+        oracle, _ = decode(base_engine, enc, "batch-invariant")
+        tokens, stats = decode(base_engine, enc, "batch-invariant", _WithAudio(drafter, audio), k=k,
+                               filler=base_engine.guesser)
+        assert tokens == oracle, f"{clip['audio']}: draft model K={k} changed the output"
+        drafted += stats.by_drafter.get("draft_model", {}).get("drafted", 0)
+    assert drafted > 0
+
+
+def test_tiny_en_drafts_are_accepted_on_jfk(base_engine, drafter, shared_data):
+    """High acceptance across vocabularies is what shows the remap (ids, specials, prompt) is right."""
+    clip = next(c for c in clips(shared_data, "real") if c.get("id") == "jfk")
+    enc, audio = encode_clip(base_engine, clip["path"])
+    tokens, stats = decode(base_engine, enc, "batch-invariant", _WithAudio(drafter, audio), k=4)
+    assert stats.acceptance_rate > 0.5, stats.to_dict()
+    assert stats.verify_calls < len(tokens) / 2
+
+
+def test_state_rolls_back_to_common_prefix(base_engine, drafter, tiny_model_dir, shared_data):
+    """After a rejected draft the state is truncated and re-fed, never rebuilt: it then drafts
+    exactly what a fresh drafter drafts for the same history."""
+    clip = next(c for c in clips(shared_data, "real") if c.get("id") == "jfk")
+    enc, audio = encode_clip(base_engine, clip["path"])
+    oracle, _ = decode(base_engine, enc, "batch-invariant")
+    tok = base_engine.tokenizer
+    window = dataclasses.replace(_window(base_engine), audio=audio)
+    drafter.begin(window)
+    drafter.propose(oracle[:6], 5)
+    drafter.observe(1)
+    wrong = oracle[:3] + tok.encode(" banana split")  # the main model went elsewhere
+    prompt_len = drafter.state_step - len(drafter.held_tokens)
+    drafter.propose(wrong, 3)
+    rollbacks = drafter.stats.rollbacks
+    continued = drafter.propose(oracle[:8], 4)
+    assert drafter.stats.rollbacks > rollbacks
+    held = drafter.held_tokens  # the history, then the drafts it fed to look ahead (all but the last)
+    assert held == drafter.remap.to_draft(oracle[:11])[0]
+    assert drafter.state_step == prompt_len + len(held)
+    fresh = DraftModelDrafter(drafter.draft, tok)
+    fresh.begin(window)
+    assert continued == fresh.propose(oracle[:8], 4) == oracle[8:12]
+    drafter.end(oracle)
+
+
+def _window(engine):
+    from specwhisper.drafters.base import WindowContext
+
+    tok = engine.tokenizer
+    return WindowContext(prompt=tuple(tok.sot_sequence("en")), eot=tok.special.eot, max_new_tokens=200)
+
+
+def test_same_vocabulary_passes_tokens_through(tiny_engine, shared_data):
+    """Self-drafting (tiny.en for tiny.en, load checks bypassed): ids and prompt go through unchanged."""
+    from specwhisper.drafters.draft_model import DraftModel
+
+    tok = tiny_engine.tokenizer
+    same = VocabRemap(tok, tok)
+    ids = tok.encode(SAMPLES[0]) + [tok.special.eot]
+    assert same.identical and same.to_draft(ids) == (ids, len(ids)) and same.to_main(ids) == (ids, len(ids))
+    assert same.prompt_to_draft(tok.sot_sequence("en")) == tok.sot_sequence("en")
+    drafter = DraftModelDrafter(DraftModel(tiny_engine.lm, same, tiny_engine.model_dir), tok)
+    clip = next(c for c in clips(shared_data, "real") if c.get("id") == "jfk")
+    enc, audio = encode_clip(tiny_engine, clip["path"])
+    oracle, _ = decode(tiny_engine, enc, "batch-invariant")
+    tokens, stats = decode(tiny_engine, enc, "batch-invariant", _WithAudio(drafter, audio), k=5)
+    assert tokens == oracle
+    # Not 1.0: the draft steps 1 row at a time, and on jfk tiny.en's 1-row numerics drop a comma
+    # that its batch-invariant numerics keep (a near-tie); everything else is accepted.
+    assert stats.acceptance_rate > 0.75, stats.to_dict()
+
+
+def test_no_audio_or_foreign_language_means_no_drafts(base_engine, drafter):
+    tok = base_engine.tokenizer
+    drafter.begin(_window(base_engine))
+    assert drafter.propose(tok.encode(" And so"), 4) == [] and "audio" in drafter.off_reason
+    german = dataclasses.replace(_window(base_engine), prompt=tuple(tok.sot_sequence("de")), audio=[0.0] * 16000)
+    drafter.begin(german)
+    assert drafter.propose(tok.encode(" Und"), 4) == [] and "language" in drafter.off_reason
+
+
+def test_engine_transcribes_the_same_with_the_draft_model(base_engine, drafter, shared_data):
+    clip = next(c for c in clips(shared_data, "real") if c.get("id") == "jfk")
+    saved = list(base_engine.drafters)
+    try:
+        base_engine.drafters[:] = []
+        plain = base_engine.transcribe(clip["path"], language="en", numerics="batch-invariant", draft_len=4)
+        base_engine.drafters[:] = [drafter]
+        before = drafter.stats.accepted
+        drafted = base_engine.transcribe(clip["path"], language="en", numerics="batch-invariant", draft_len=4)
+    finally:
+        base_engine.drafters[:] = saved
+    assert drafted.tokens == plain.tokens
+    assert drafter.stats.accepted > before  # the engine passed the window's audio: the draft model ran
+    assert drafted.stats["verify_calls"] < plain.stats["verify_calls"]
+
+
+# --- bad input ------------------------------------------------------------------------------
+def test_missing_files_is_a_clear_error(base_engine, tiny_model_dir, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    shutil.copy(tiny_model_dir / "config.json", broken / "config.json")
+    with pytest.raises(ModelError, match="draft model: .*missing model.bin, tokenizer.json") as info:
+        load_draft_model(broken, base_engine.tokenizer)
+    assert info.value.hint
+    with pytest.raises(ModelError, match="draft model: unknown model"):
+        load_draft_model("no-such-model-xyz", base_engine.tokenizer, download=False)
+
+
+def test_unknown_tokenizer_is_refused(base_engine, tiny_model_dir, tmp_path):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    for name in ("model.bin", "config.json"):
+        (odd / name).symlink_to(tiny_model_dir / name)
+    controls = ["<|endoftext|>", "<|startoftranscript|>", "<|translate|>", "<|transcribe|>", "<|startofprev|>",
+                "<|notimestamps|>"]
+    vocab = {w: i for i, w in enumerate(["hello", "world", "[UNK]", *controls])}
+    Tokenizer(WordLevel(vocab, unk_token="[UNK]")).save(str(odd / "tokenizer.json"))
+    with pytest.raises(TokenMapError, match="byte-level BPE"):
+        load_draft_model(odd, base_engine.tokenizer)
+    (odd / "tokenizer.json").write_text(json.dumps({"not": "a tokenizer"}), encoding="utf-8")
+    with pytest.raises(ModelError, match="draft model: tokenizer.json cannot be read"):
+        load_draft_model(odd, base_engine.tokenizer)
+
+
+def test_draft_larger_than_main_is_refused(base_model_dir, tiny_model_dir, tokenizers):
+    main_tiny = tokenizers[1]
+    with pytest.raises(ModelError, match="not smaller than the main model"):
+        load_draft_model(base_model_dir, main_tiny, main_model_dir=tiny_model_dir)
+    with pytest.raises(ModelError, match="not smaller"):  # the main model itself as its own draft
+        load_draft_model(base_model_dir, tokenizers[0], main_model_dir=base_model_dir)
+
+
+def test_draft_on_another_device(base_engine, tiny_model_dir):
+    import ctranslate2
+
+    with pytest.raises(ModelError, match="unknown draft device"):
+        load_draft_model(tiny_model_dir, base_engine.tokenizer, device="tpu")
+    if ctranslate2.get_cuda_device_count() == 0:
+        with pytest.warns(UserWarning, match="crosses devices"), pytest.raises(ModelError, match="no CUDA device"):
+            load_draft_model(tiny_model_dir, base_engine.tokenizer, device="cuda", main_device="cpu")
+    else:
+        with pytest.warns(UserWarning, match="crosses devices"):
+            load_draft_model(tiny_model_dir, base_engine.tokenizer, device="cuda", main_device="cpu")
+
+
+def test_unusable_draft_turns_drafting_off_with_a_warning(base_engine, tmp_path):
+    with pytest.warns(UserWarning, match="draft model not used"):
+        assert open_draft_drafter(tmp_path / "missing", base_engine.tokenizer) is None
+    with pytest.raises(SpecWhisperError):
+        open_draft_drafter(tmp_path / "missing", base_engine.tokenizer, on_error="raise")
+
+
+def test_policy_refuses_tiny_en_for_base_on_cpu(base_engine, drafter):
+    """With measured CPU costs the break-even rule says no, even at the acceptance seen on jfk."""
+    from specwhisper.drafters.draft_model import decoder_step_ms
+    from specwhisper.policy import VerifyCost, draft_model_expected_speedup
+
+    cost = VerifyCost.default("cpu")
+    assert draft_model_expected_speedup([1.0], 4, 10.0, 1.0, cost) > 1.5  # a nearly free perfect draft pays
+    assert draft_model_expected_speedup([0.8], 4, 10.0, 7.0, cost) < 1.0  # a 70 %-cost draft does not
+    main_ms = decoder_step_ms(base_engine.lm, 6)
+    ok, k, why = drafter.worth_running(main_ms, cost, row_floor=3, tokens_per_window=40)
+    assert not ok and "expected speedup" in why
+
+
+def test_broken_stored_map_is_rebuilt_with_a_warning(base_model_dir, tiny_model_dir, tokenizers, tmp_path):
+    from specwhisper.converters.vocab_map import vocab_map_path
+
+    main_dir = tmp_path / "base"
+    main_dir.mkdir()
+    for f in base_model_dir.iterdir():
+        (main_dir / f.name).symlink_to(f)
+    vocab_map_path(main_dir, tokenizers[1].fingerprint()).write_bytes(b"not an npz")
+    main = WhisperTokenizer.from_model_dir(main_dir)
+    with pytest.warns(UserWarning, match="ignoring stored vocabulary map"):
+        draft = load_draft_model(tiny_model_dir, main)
+    ids = main.encode(SAMPLES[1])
+    assert draft.remap.to_draft(ids)[0] == tokenizers[1].encode(SAMPLES[1])
