@@ -46,13 +46,12 @@ def test_text_equals_faster_whisper_greedy(model, base_engine, tiny_engine, shar
         pytest.skip("tests/fixtures/fw_greedy.json missing (make it with python -m benchmarks.make_oracle_fixtures)")
     fixture = json.loads(path.read_text(encoding="utf-8"))
     engine = base_engine if model == "base" else tiny_engine
-    entries = fixture["models"][model]
-    assert entries, "fixture has no clips"
+    entries = fixture["models"][model]["clips"]
+    assert len(entries) == 7, "fixture should hold the 7 real sentence clips"
     for entry in entries:
-        result = engine.transcribe(str(shared_data / entry["audio"]), language="en", numerics="single-row")
-        assert result.text == entry["text"].strip(), entry["audio"]
-        if "tokens" in entry:
-            assert result.tokens == entry["tokens"], entry["audio"]
+        result = engine.transcribe(str(shared_data / entry["clip"]), language="en", numerics="single-row")
+        assert result.text == entry["text"].strip(), entry["clip"]
+        assert result.tokens == entry["tokens"], entry["clip"]
 
 
 def test_transcribe_real_sentences_reference_quality(base_engine, shared_data):
