@@ -110,8 +110,14 @@ def is_pulled(name: str) -> bool:
     return all((path / f).is_file() for f in REQUIRED_FILES)
 
 
-def resolve_model(name_or_path: str | os.PathLike[str] | None, *, download: bool = True) -> Path:
-    """A CT2 model directory for a registry name, a local directory or a Hugging Face repo id."""
+def resolve_model(name_or_path: str | os.PathLike[str] | None, *, download: bool = True,
+                  prefer_int8: bool = False) -> Path:
+    """A CT2 model directory for a registry name, a local directory or a Hugging Face repo id.
+
+    With ``prefer_int8`` a registry model resolves to its int8 copy (made once from the verified
+    float16 weights): the same int8 weights CT2 would quantise at load, at half the disk, a
+    third of the load time and less peak memory.
+    """
     name = str(name_or_path or DEFAULT_MODEL)
     local = Path(name).expanduser()
     if local.exists():
@@ -123,7 +129,7 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None, *, download: bool
                 raise ModelError(f"model {name!r} is not in the cache", where=str(model_path(name)),
                                  hint=f"run: specwhisper models pull {name}")
             pull(name)
-        return model_path(name)
+        return int8_copy(name) if prefer_int8 else model_path(name)
     if "/" in name and not name.startswith((".", "/")) and name.count("/") == 1:
         return _resolve_hub(name)
     raise ModelError(
@@ -259,6 +265,16 @@ def _resolve_hub(repo_id: str) -> Path:
                          hint="check the repo id, or pass a local CT2 model directory") from None
     check_model_dir(Path(path))
     return Path(path)
+
+
+def int8_copy(name: str) -> Path:
+    """``<cache>/models/<name>-int8``, quantised from the pulled float16 model on first use."""
+    dest = models_dir() / f"{name}-int8"
+    if all((dest / f).is_file() for f in REQUIRED_FILES):
+        return dest
+    from specwhisper.converters import quantize_ct2_model
+
+    return quantize_ct2_model(model_path(name), dest, "int8", overwrite=True)
 
 
 def list_models() -> list[dict]:

@@ -127,7 +127,7 @@ class WhisperEngine:
         if threads < 1:
             raise SpecWhisperError(f"threads must be >= 1, got {threads}", where="--threads")
         t0 = time.perf_counter()
-        self.model_dir = resolve_model(model)
+        self.model_dir = resolve_model(model, prefer_int8=compute_type.startswith("int8"))
         self.lm = LoadedModel(self.model_dir, device=device, compute_type=compute_type, threads=threads)
         self.tokenizer = self.lm.tokenizer
         self.guesser = BigramGuesser(self.tokenizer)

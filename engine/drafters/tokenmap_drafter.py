@@ -1,17 +1,25 @@
 """Drafts from n-gram token maps: a static map built from domain transcripts, a dynamic one learned online.
 
 The history is ``[BEGIN] + tokens`` (BEGIN = the prompt's last token, as the builder counts it).
-Every suffix of it that exists in a map is a context: the longest is the prefix memory (the
-whole utterance so far, when some past utterance began the same way), then n-grams of every
-length down to one token. Their next-token counts are blended Witten-Bell style from the shortest
-to the longest context: a context seen often with few distinct followers decides, a rare or
-flat one (a number or name slot: "navigate to 8|03 Maple") defers to shorter ones, which is the
-slot-aware back-off. The blended probability of each drafted token is its confidence; drafting
-stops when the chance that the whole draft is still right falls below ``min_cum``, so slots end
-drafts and the text after a slot is drafted again from short contexts.
+Contexts, from general to specific:
 
-Static and dynamic maps are blended level by level; learned counts weigh ``learned_weight`` times
-a static count, so the user's own past utterances win where they match as specifically.
+* n-grams: every suffix of the history up to ``n + max_len - 1`` tokens found in a map;
+* the gapped context: once the history leaves every known utterance (a number or name slot:
+  "Can you navigate to | 54 Lincoln | Avenue, Denver"), the last tokens are looked up below the
+  deepest utterance prefix seen at least ``anchor_min`` times ("Can you navigate to"), so what the
+  start of the utterance implies survives the slot (" Avenue" -> ",", "Denver" -> "?");
+* the prefix memory: the whole utterance so far, while some past utterance began the same way.
+
+Their next-token counts are blended Witten-Bell style from general to specific: a context seen
+often with few distinct followers decides, a rare or flat one (a slot) defers to the ones below,
+which is the slot-aware back-off. The blended probability of each drafted token is its
+confidence (``last_confidence``); drafting stops when the chance that the draft is still right
+falls below ``min_cum``, so slots end drafts, and the text after a slot is drafted again.
+
+Static and learned maps are blended at every level. Learned counts weigh ``learned_weight`` in
+the n-gram levels and ``recall_weight`` in the prefix memory: an utterance the user said before is
+recalled whole, while a handful of learned utterances does not drown the domain statistics.
+Defaults were tuned with ``python -m benchmarks.tokenmap_sim``.
 """
 
 from __future__ import annotations
@@ -45,21 +53,24 @@ class TokenMapDrafter:
     name = "tokenmap"
 
     def __init__(self, static=None, tokenizer=None, *, learn: bool = False, eot: int | None = None,
-                 begin: int | None = None, learned_weight: float = 4.0, backoff: float = 1.0,
-                 min_prob: float = 0.1, min_cum: float = 0.2, anchor_min: int = 8, gap_tail: int = 2,
-                 gap_backoff: float = 1.0, save_merged: bool = True) -> None:
+                 begin: int | None = None, learned_weight: float = 1.0, recall_weight: float = 64.0,
+                 backoff: float = 2.0, min_prob: float = 0.05, min_cum: float = 0.1, anchor_min: int = 30,
+                 gap_tail: int = 2, gap_backoff: float = 1.0, static_recall_weight: float | None = None,
+                 save_merged: bool = True) -> None:
+        from specwhisper.tokenmap.build import DEFAULT_MAX_LEN, DEFAULT_N
         from specwhisper.tokenmap.dynamic import DynamicTrie
+        from specwhisper.tokenmap.format import FLAG_LEARNED
 
+        if tokenizer is not None:
+            eot = tokenizer.special.eot if eot is None else eot
+            begin = tokenizer.special.no_timestamps if begin is None else begin
         if static is not None:
             h = static.header
             eot = h.eot if eot is None else eot
             begin = h.begin if begin is None else begin
             if (eot, begin) != (h.eot, h.begin):
-                raise TokenMapError(f"token map uses EOT {h.eot} / begin {h.begin}, the model {eot} / {begin}",
-                                    where=static.source, hint="use a map built with this model")
-        if tokenizer is not None:
-            eot = tokenizer.special.eot if eot is None else eot
-            begin = tokenizer.special.no_timestamps if begin is None else begin
+                raise TokenMapError(f"token map uses EOT {h.eot} and begin marker {h.begin}, this model {eot} and "
+                                    f"{begin}", where=static.source, hint="use a map built with this model")
         if eot is None or begin is None:
             raise TokenMapError("the token-map drafter needs a map, a tokenizer, or explicit eot/begin ids",
                                 where="TokenMapDrafter")
@@ -68,11 +79,15 @@ class TokenMapDrafter:
         self.eot, self.begin_id = int(eot), int(begin)
         self.learn = learn
         self.save_merged = save_merged
-        n = static.header.n if static is not None else 3
-        max_len = static.header.max_len if static is not None else 6
+        n = static.header.n if static is not None else DEFAULT_N
+        max_len = static.header.max_len if static is not None else DEFAULT_MAX_LEN
         self.dynamic = DynamicTrie(n, max_len, self.begin_id, self.eot) if learn else None
         self._maps = [m for m in (static, self.dynamic) if m is not None]
         self._weights = [1.0 if m is static else learned_weight for m in self._maps]
+        if static_recall_weight is None:  # a map saved by --learn-save holds the user's own utterances
+            learned_file = static is not None and bool(static.header.flags & FLAG_LEARNED)
+            static_recall_weight = recall_weight if learned_file else 1.0
+        self._recall_weights = [static_recall_weight if m is static else recall_weight for m in self._maps]
         self.backoff = backoff
         self.min_prob = min_prob
         self.min_cum = min_cum
@@ -131,7 +146,7 @@ class TokenMapDrafter:
         """The single most likely next token (no confidence threshold), or None when no map knows anything."""
         if not self._maps:
             return None
-        return self._predict(self._state_for(tokens))[0]
+        return self._predict(self._state_for(tokens, keep=False))[0]
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the learned map atomically in the file format (merged into the static map if ``save_merged``)."""
@@ -157,7 +172,7 @@ class TokenMapDrafter:
         anchor = tuple(p if p >= 0 and m.count(p) >= self.anchor_min else -1 for m, p in zip(self._maps, prefix))
         return _State(tuple({} for _ in self._maps), prefix, anchor, tuple(1 for _ in self._maps), 1, ())
 
-    def _state_for(self, tokens: Sequence[int]) -> _State:
+    def _state_for(self, tokens: Sequence[int], keep: bool = True) -> _State:
         """Contexts of ``[BEGIN] + tokens``; extends the previous call's state when the history only grew."""
         cached = self._cache_tokens
         n = len(cached)
@@ -169,8 +184,9 @@ class TokenMapDrafter:
             state = self._initial()
             for t in tokens:
                 state = self._extend(state, t)
-        self._cache_tokens = list(tokens)
-        self._cache_state = state
+        if keep:
+            self._cache_tokens = list(tokens)
+            self._cache_state = state
         return state
 
     def _extend(self, state: _State, token: int) -> _State:
@@ -243,7 +259,7 @@ class TokenMapDrafter:
             return None, 0.0
         lengths = sorted({n for ctx in state.ctx for n in ctx})
         levels = [[(m, w, ctx.get(n, -1)) for m, w, ctx in zip(maps, weights, state.ctx)] for n in lengths]
-        prefix_level = [(m, w, p) for m, w, p in zip(maps, weights, state.prefix)]
+        prefix_level = [(m, w, p) for m, w, p in zip(maps, self._recall_weights, state.prefix)]
         gap_total = sum(w * c for w, c in zip(weights, gap_c))
         gap_fan = len({t for f in gap_f for t in f})
         gamma = self.backoff
