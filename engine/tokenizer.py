@@ -133,13 +133,17 @@ class WhisperTokenizer:
             seq.append(self.special.no_timestamps)
         return seq
 
-    def fingerprint(self) -> str:
-        """A short stable hash of the vocabulary: token maps and remap tables are bound to it."""
+    @cached_property
+    def _fingerprint(self) -> str:
         vocab = self._tok.get_vocab(with_added_tokens=True)
         h = hashlib.sha256()
         for token, tid in sorted(vocab.items(), key=lambda kv: kv[1]):
             h.update(f"{tid}\t{token}\n".encode())
         return h.hexdigest()[:16]
+
+    def fingerprint(self) -> str:
+        """A short stable hash of the vocabulary: token maps and remap tables are bound to it."""
+        return self._fingerprint
 
 
 def _read_json(path: Path) -> dict:

@@ -296,8 +296,8 @@ class WhisperEngine:
         session = DecoderSession(self.lm, encoder_output, prompt, numerics, row_floor=row_floor or 2)
         chain.begin(context)
         speculating = numerics == "batch-invariant" and bool(chain)
-        # Filler rows carry the bigram guess while speculating; the no-speculation oracle uses a constant.
-        filler = self.guesser if speculating else (lambda _tokens: eot)
+        # Filler rows carry a cheap guess while speculating; the no-speculation oracle uses a constant.
+        filler = self._filler() if speculating else (lambda _tokens: eot)
         tokens = decode_window(session, chain if speculating else NullDrafter(), policy, max_new, eot, wstats,
                                filler)
         text_tokens = [t for t in tokens if t != eot]
@@ -308,6 +308,18 @@ class WhisperEngine:
         chain.end(text_tokens)
         self.guesser.learn(text_tokens)
         return tokens
+
+    def _filler(self) -> Callable[[list[int]], int]:
+        """The token map's most frequent next token where it knows the context, else the bigram guess."""
+        tm, bigram = self.tokenmap_drafter, self.guesser
+        if tm is None:
+            return bigram
+
+        def guess(tokens: list[int]) -> int:
+            g = tm.guess(tokens)
+            return g if g is not None else bigram(tokens)
+
+        return guess
 
     # ------------------------------------------------------------------------------------------
     def save_learned(self, path: str | Path) -> Path:

@@ -222,7 +222,8 @@ class TokenMapDrafter:
             anchor, prefix = state.anchor[i], state.prefix[i]
             after = state.length - state.anchor_len[i]
             found: tuple[dict[int, int], int] = ({}, 0)
-            if anchor >= 0 and anchor != prefix and after > 0 and self.gap_tail > 0:
+            # anchored at BEGIN alone the gap would span every utterance: the n-grams already say that
+            if anchor >= 0 and anchor != prefix and after > 0 and self.gap_tail > 0 and state.anchor_len[i] > 1:
                 for q in range(min(self.gap_tail, after, len(state.tail)), 0, -1):
                     key = (i, anchor, state.tail[-q:])
                     hit = self._gap_cache.get(key)

@@ -1,0 +1,298 @@
+"""Token maps: the builder, the binary format, the drafter's back-off, prefix memory and online learning."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from specwhisper.cli import main
+from specwhisper.drafters.base import WindowContext
+from specwhisper.drafters.tokenmap_drafter import TokenMapDrafter
+from specwhisper.errors import TokenMapError
+from specwhisper.tokenizer import WhisperTokenizer
+from specwhisper.tokenmap import build_token_map, load_token_map
+from specwhisper.tokenmap.format import FLAG_LEARNED, HEADER_SIZE, load
+
+
+@pytest.fixture(scope="module")
+def tok(base_model_dir) -> WhisperTokenizer:
+    return WhisperTokenizer.from_model_dir(base_model_dir)
+
+
+@pytest.fixture(scope="module")
+def car_lines(shared_data) -> list[str]:
+    return (shared_data / "domain/car/train.txt").read_text(encoding="utf-8").splitlines()
+
+
+@pytest.fixture(scope="module")
+def car_map(tok, car_lines):
+    return build_token_map(car_lines, tok)
+
+
+@pytest.fixture(scope="module")
+def car_map_file(car_map, tmp_path_factory) -> Path:
+    return car_map.save(tmp_path_factory.mktemp("tmap") / "car.tmap")
+
+
+def _window(tok: WhisperTokenizer) -> WindowContext:
+    return WindowContext(prompt=tuple(tok.sot_sequence("en")), eot=tok.special.eot, max_new_tokens=224)
+
+
+def _verify_rounds(drafter, ref: list[int], k: int = 16) -> int:
+    """Replay ``ref`` (text tokens + EOT) as the decoding loop would; returns the verify calls needed."""
+    out, calls = [ref[0]], 0
+    while len(out) < len(ref):
+        draft = drafter.propose(out, k)
+        i, n = len(out), 0
+        while n < len(draft) and i + n < len(ref) and draft[n] == ref[i + n]:
+            n += 1
+        out.extend(ref[i:i + n + 1])
+        drafter.observe(n)
+        calls += 1
+    drafter.end(ref[:-1])
+    return calls
+
+
+# --- builder and format ---------------------------------------------------------------------------
+def test_build_is_deterministic(tok, car_lines, car_map, tmp_path):
+    again = build_token_map(list(car_lines), tok)
+    assert again.to_bytes() == car_map.to_bytes()
+    a, b = car_map.save(tmp_path / "a.tmap"), again.save(tmp_path / "b.tmap")
+    assert a.read_bytes() == b.read_bytes()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # temp files renamed away
+
+
+def test_round_trip_and_header(tok, car_map, car_map_file):
+    loaded = load_token_map(car_map_file, tok)
+    assert loaded.to_bytes() == car_map.to_bytes()
+    st = loaded.stats()
+    assert st["fingerprint"] == tok.fingerprint() and st["vocab_size"] == tok.vocab_size
+    assert (st["n"], st["max_len"], st["transcripts"]) == (3, car_map.header.max_len, 3000)
+    assert st["begin"] == tok.special.no_timestamps and st["eot"] == tok.special.eot
+    assert car_map_file.stat().st_size == st["bytes"]
+    # both leading-space variants of a first word start an utterance path; utterances end in EOT
+    begin = loaded.begin_node
+    assert loaded.child(begin, tok.encode(" Please")[0]) >= 0 and loaded.child(begin, tok.encode("Please")[0]) >= 0
+    node = loaded.find([tok.special.no_timestamps, *tok.encode(" Avoid highways on this route.")])
+    assert node >= 0 and loaded.child(node, tok.special.eot) >= 0
+
+
+def test_map_for_another_tokenizer_is_refused(car_map_file, tiny_model_dir):
+    tiny = WhisperTokenizer.from_model_dir(tiny_model_dir)
+    with pytest.raises(TokenMapError, match="another tokenizer"):
+        load_token_map(car_map_file, tiny)
+    with pytest.raises(TokenMapError, match="another tokenizer"):
+        load(car_map_file, fingerprint="0123456789abcdef")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "magic", "empty", "version", "trailing"])
+def test_damaged_map_is_refused(car_map_file, tmp_path, damage):
+    data = bytearray(car_map_file.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) - 100]
+    elif damage == "flip":
+        data[HEADER_SIZE + len(data) // 3] ^= 0x40
+    elif damage == "magic":
+        data[:8] = b"NOTAMAP!"
+    elif damage == "empty":
+        data = bytearray()
+    elif damage == "version":
+        data[8] = 99
+    elif damage == "trailing":
+        data += b"\0" * 64
+    bad = tmp_path / "bad.tmap"
+    bad.write_bytes(bytes(data))
+    expected = {"truncate": "truncated", "flip": "checksum", "magic": "magic", "empty": "truncated",
+                "version": "newer", "trailing": "trailing"}[damage]
+    with pytest.raises(TokenMapError, match=expected):
+        load_token_map(bad)
+
+
+def test_budget_caps_the_file(tok, car_lines, car_map):
+    small = build_token_map(car_lines, tok, budget_bytes=200_000)
+    assert small.stats()["bytes"] <= 200_000 < car_map.stats()["bytes"]
+    assert small.header.min_count > car_map.header.min_count  # the rarest entries went first
+    with pytest.raises(TokenMapError, match="n must be"):
+        build_token_map(car_lines, tok, n=0)
+
+
+def test_load_is_fast(car_map_file, tok):
+    load_token_map(car_map_file, tok)  # the tokenizer's fingerprint is computed once, then cached
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        load_token_map(car_map_file, tok)
+        times.append(time.perf_counter() - t0)
+    assert min(times) < 0.1
+
+
+# --- drafting -----------------------------------------------------------------------------------
+def test_backoff_drafts_after_an_unseen_slot(tok):
+    lines = [f"Navigate to {n} {street} Street, {city}." for n in range(10, 100, 6)
+             for street in ("Elm", "Oak", "Pine") for city in ("Leeds", "York")]
+    tmap = build_token_map(lines, tok)
+    drafter = TokenMapDrafter(tmap, tok)
+    drafter.begin(_window(tok))
+    # "9999" never occurs: the utterance's own prefix is lost after it, shorter contexts still know
+    # that " Street" follows a street name and that the city ends the utterance.
+    history = tok.encode(" Navigate to 9999 Oak")
+    assert tok.decode(drafter.propose(history, 2)) == " Street,"
+    history = tok.encode(" Navigate to 9999 Oak Street, York")
+    assert drafter.propose(history, 4) == [*tok.encode("."), tok.special.eot]
+    # a slot stops the draft instead of guessing one of many numbers
+    history = tok.encode(" Navigate to")
+    assert drafter.propose(history, 8) == []
+    assert drafter.guess(history) is not None  # the cheap filler guess is always there
+
+
+def test_prefix_memory_recalls_a_learned_map_whole(tok, tmp_path):
+    utterance = tok.encode(" Remind me to water the tomatoes at 6 p.m. on Sunday.")
+    learner = TokenMapDrafter(None, tok, learn=True)
+    learner.end(utterance)
+    saved = learner.save(tmp_path / "learned.tmap")
+    tmap = load_token_map(saved, tok)
+    assert tmap.header.flags & FLAG_LEARNED and tmap.header.n_sequences == 1
+    drafter = TokenMapDrafter(tmap, tok)
+    drafter.begin(_window(tok))
+    assert drafter.propose(utterance[:1], 64) == [*utterance[1:], tok.special.eot]
+    assert all(p > 0.5 for p in drafter.last_confidence)
+
+
+def test_online_learning_drafts_a_repeat_fully(tok, car_map, shared_data):
+    rows = [json.loads(x) for x in (shared_data / "domain/car/test.jsonl").read_text().splitlines() if x.strip()]
+    eot = tok.special.eot
+    refs = [[*tok.encode(" " + row["text"]), eot] for row in rows[:10]]
+    for ref in refs:
+        learner = TokenMapDrafter(None, tok, learn=True)
+        assert learner.propose(ref[:1], 8) == [] and learner.guess(ref[:1]) is None
+        learner.begin(_window(tok))
+        assert _verify_rounds(learner, ref) == len(ref) - 1  # nothing known yet: one token a call
+        learner.begin(_window(tok))
+        assert learner.propose(ref[:1], 64) == ref[1:]  # the second pass is drafted whole
+    # one learner for all: utterances that start alike branch once or twice, the rest is recalled
+    learner = TokenMapDrafter(None, tok, learn=True)
+    first = sum(_verify_rounds(learner, ref) for ref in refs)
+    second = sum(_verify_rounds(learner, ref) for ref in refs)
+    assert second <= 2 * len(refs) < first
+    # with a static map beside it, a repeat still needs fewer verify calls than the first time
+    both = TokenMapDrafter(car_map, tok, learn=True)
+    ref = [*tok.encode(" " + rows[0]["text"]), eot]
+    first = _verify_rounds(both, ref)
+    assert _verify_rounds(both, ref) < first <= len(ref)
+
+
+def test_dynamic_save_merges_into_the_static_map(tok, car_map, tmp_path):
+    drafter = TokenMapDrafter(car_map, tok, learn=True)
+    new = tok.encode(" Open the sunroof halfway, please.")
+    drafter.end(new)
+    merged = load_token_map(drafter.save(tmp_path / "merged.tmap"), tok)
+    assert merged.header.n_sequences == car_map.header.n_sequences + 1
+    begin = [tok.special.no_timestamps]
+    assert merged.find(begin + new + [tok.special.eot]) >= 0
+    assert merged.find(begin + tok.encode(" Avoid highways on this route.")) >= 0
+    only = TokenMapDrafter(car_map, tok, learn=True, save_merged=False)
+    only.end(new)
+    assert load_token_map(only.save(tmp_path / "only.tmap"), tok).header.n_sequences == 1
+    with pytest.raises(TokenMapError, match="learn"):
+        TokenMapDrafter(car_map, tok).save(tmp_path / "x.tmap")
+
+
+# --- CLI and bad input ----------------------------------------------------------------------------
+def test_cli_build_info_inspect(base_model_dir, shared_data, tmp_path, capsys):
+    out = tmp_path / "domain.tmap"
+    manifest = shared_data / "domain/smarthome/test.jsonl"
+    rc = main(["tokenmap", "build", str(shared_data / "domain/car/train.txt"), str(manifest),
+               "--model", str(base_model_dir), "-o", str(out)])
+    assert rc == 0 and out.is_file()
+    capsys.readouterr()
+    assert main(["tokenmap", "info", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["transcripts"] == 3060 and info["nodes"] > 1000
+    assert main(["tokenmap", "inspect", str(out), "Navigate to 12 Baker", "--model", str(base_model_dir)]) == 0
+    text = capsys.readouterr().out
+    assert "context ' Baker'" in text and " Street" in text and "draft:" in text
+
+
+@pytest.mark.parametrize("kind", ["empty", "binary", "latin1", "long_line", "jsonl_no_text", "jsonl_broken"])
+def test_cli_build_refuses_bad_transcripts(base_model_dir, tmp_path, capsys, kind):
+    src = tmp_path / ("bad.jsonl" if kind.startswith("jsonl") else "bad.txt")
+    content = {
+        "empty": b"\n  \n",
+        "binary": bytes(range(256)) * 8,
+        "latin1": "Turn on the lights.\nAllume la lumi\u00e8re.\n".encode("latin-1"),
+        "long_line": b"Turn on the lights.\n" + b"word " * 210_000 + b"\n",
+        "jsonl_no_text": b'{"audio": "a.flac", "text": "ok"}\n{"audio": "b.flac"}\n',
+        "jsonl_broken": b'{"text": "ok"}\n{"text": \n',
+    }[kind]
+    src.write_bytes(content)
+    out = tmp_path / "out.tmap"
+    rc = main(["tokenmap", "build", str(src), "--model", str(base_model_dir), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "error:" in err and str(src) in err and "Traceback" not in err
+    expected = {"empty": "empty", "binary": "binary", "latin1": "not UTF-8", "long_line": "line 2",
+                "jsonl_no_text": "line 2", "jsonl_broken": "line 2"}[kind]
+    assert expected in err
+    assert sorted(os.listdir(tmp_path)) == [src.name]  # no output, no temp file
+
+
+def test_cli_refuses_a_damaged_or_foreign_map(car_map_file, tiny_model_dir, tmp_path, capsys):
+    bad = tmp_path / "cut.tmap"
+    bad.write_bytes(car_map_file.read_bytes()[:-10])
+    assert main(["tokenmap", "info", str(bad)]) == 2
+    assert "truncated" in capsys.readouterr().err
+    assert main(["tokenmap", "inspect", str(car_map_file), "Call", "--model", str(tiny_model_dir)]) == 2
+    assert "another tokenizer" in capsys.readouterr().err
+
+
+def test_merge_equals_building_from_the_union(tok, car_lines):
+    """Merging learned counts into a map gives the same trie as counting everything at once."""
+    import numpy as np
+
+    from specwhisper.tokenmap.build import BuildParams, build_from_sequences, tokenize_transcripts
+    from specwhisper.tokenmap.dynamic import DynamicTrie
+
+    a, b = car_lines[:200], car_lines[200:260]
+    params = BuildParams(min_count=1, top_k=None)
+    fp, vocab = tok.fingerprint(), tok.vocab_size
+    base = build_from_sequences(tokenize_transcripts(a, tok, variants=False), params, fp, vocab)
+    union = build_from_sequences(tokenize_transcripts(a + b, tok, variants=False), params, fp, vocab)
+    dyn = DynamicTrie(3, base.header.max_len, tok.special.no_timestamps, tok.special.eot)
+    for line in b:
+        dyn.add(tok.encode(" " + line))
+    merged = dyn.to_token_map(fp, vocab, base=base)
+    for name in ("token", "count", "best", "child_lo"):
+        assert np.array_equal(getattr(merged.arrays, name), getattr(union.arrays, name)), name
+    assert merged.header.n_sequences == len(a) + len(b)
+    # the in-memory trie counts exactly what its file form holds
+    alone = dyn.to_token_map(fp, vocab)
+    for line in b[:20]:
+        ids = [tok.special.no_timestamps, *tok.encode(" " + line), tok.special.eot]
+        for i in range(1, len(ids) + 1):
+            assert dyn.count(dyn.find(ids[:i])) == alone.count(alone.find(ids[:i]))
+        assert dyn.count(dyn.find(ids[2:5])) == alone.count(alone.find(ids[2:5]))
+
+
+def test_simulated_drafting_quality(tok, car_map, shared_data):
+    """Offline replay of held-out and repeated car commands (benchmarks/tokenmap_sim.py) keeps its targets."""
+    from specwhisper.policy import VerifyCost
+
+    sim = pytest.importorskip("benchmarks.tokenmap_sim", reason="benchmarks/ imports from the repo root "
+                                                                "(python -m pytest)")
+    NaiveNgramDrafter, make_policy, simulate, zipf_stream = (sim.NaiveNgramDrafter, sim.make_policy, sim.simulate,
+                                                             sim.zipf_stream)
+
+    rows = [json.loads(x) for x in (shared_data / "domain/car/test.jsonl").read_text().splitlines() if x.strip()]
+    utts = [tok.encode(" " + r["text"]) for r in rows]
+    cost = VerifyCost.default("cpu")
+
+    def speedup(drafter, stream) -> float:
+        return simulate(drafter, stream, _window(tok), make_policy("auto", cost, 2), cost, 2).row()["speedup"]
+
+    held_out = speedup(TokenMapDrafter(car_map, tok), utts)
+    assert held_out >= 1.3 and held_out > speedup(NaiveNgramDrafter(car_map), utts) + 0.05
+    repeated = [utts[i] for i in zipf_stream(len(utts), 300, seed=0)]
+    assert speedup(TokenMapDrafter(None, tok, learn=True), repeated) >= 2.0
