@@ -21,6 +21,9 @@ from .model_store import check_model_dir
 from .tokenizer import WhisperTokenizer
 
 MAX_POSITIONS = 448  # Whisper decoder positions (prompt + generated)
+_SELFTEST_LEN = 30  # tokens decoded per self-test run
+_FLOORS = (2, 3, 4)
+_CEILINGS = (17, 12, 8)  # a verify call carries at most K + 1 = 17 rows
 _SELFTEST_TEXT = " the quick brown fox jumps over the lazy dog while seven small birds sing in the old tree"
 
 
@@ -46,13 +49,14 @@ def step_api_available() -> bool:
 class SelfTestResult:
     """Outcome of the batch-invariance check on this machine, build, model and settings.
 
-    ``row_floor`` is the smallest row count from which every decoder call gives bitwise identical
-    logits for a token whatever the call's size and the token's row; None when no floor up to 4
-    holds (then speculation is off). ``single_row_matches`` tells whether 1-row steps fall in the
-    same class (then both numerics are one).
+    Every decoder call of ``row_floor`` to ``row_ceiling`` rows gives bitwise identical logits for
+    a token whatever the call's size and the token's row; None when no floor up to 4 holds (then
+    speculation is off). ``single_row_matches`` tells whether 1-row steps fall in the same class
+    (then both numerics are one).
     """
 
     row_floor: int | None
+    row_ceiling: int | None
     single_row_matches: bool
     max_abs_diff_by_rows: dict
     seconds: float
@@ -117,13 +121,15 @@ class LoadedModel:
         """
         if use_cache and encoder_frames in self._selftests:
             return self._selftests[encoder_frames]
-        key = f"{self._selftest_key()}|{encoder_frames}"
+        key = f"v2|{self._selftest_key()}|{encoder_frames}"
         cache = _selftest_cache_path()
         if use_cache and cache is not None:
             cached = _read_cache(cache).get(key)
-            if cached:
+            try:
                 self._selftests[encoder_frames] = SelfTestResult(**cached)
                 return self._selftests[encoder_frames]
+            except TypeError:  # absent, or written by another version: measure again
+                pass
         result = self._run_selftest(key, encoder_frames)
         if cache is not None:
             data = _read_cache(cache)
@@ -159,7 +165,7 @@ class LoadedModel:
         if self.device == "cuda":
             encoder_output = encoder_output.to_device(ct2.Device.cuda)
         prompt = self.tokenizer.sot_sequence("en")
-        seq = (self.tokenizer.encode(_SELFTEST_TEXT) * 2)[:17]
+        seq = (self.tokenizer.encode(_SELFTEST_TEXT) * 3)[:_SELFTEST_LEN]
 
         def run(chunks: list[int]) -> np.ndarray:
             state, _ = self.model.prefill(encoder_output, prompt)
@@ -172,37 +178,51 @@ class LoadedModel:
                 i += c
             return np.concatenate(rows)
 
-        reference = run([len(seq)])
-        diffs: dict[str, float] = {}
-        row_floor = None
-        for floor in (2, 3, 4):
-            ok = True
-            for chunks in _chunkings(len(seq), floor):
-                d = float(np.abs(run(chunks) - reference).max())
-                diffs[f"{floor}:{','.join(map(str, chunks))}"] = d
-                ok = ok and d == 0.0
-            if ok:
-                row_floor = floor
-                break
-        single = run([1] * 4 + [len(seq) - 4])
-        single_diff = float(np.abs(single[:4] - reference[:4]).max())
-        diffs["1-row"] = single_diff
-        return SelfTestResult(row_floor=row_floor, single_row_matches=single_diff == 0.0,
+        floor, ceiling, diffs = _invariant_rows(run, len(seq))
+        reference = run(_even(len(seq), floor or 3))
+        single = run([1] * 4 + _even(len(seq) - 4, floor or 3))
+        diffs["1-row"] = float(np.abs(single[:4] - reference[:4]).max())
+        return SelfTestResult(row_floor=floor, row_ceiling=ceiling, single_row_matches=diffs["1-row"] == 0.0,
                               max_abs_diff_by_rows=diffs, seconds=time.perf_counter() - t0, key=key)
 
 
-def _chunkings(n: int, floor: int) -> list[list[int]]:
-    """A few ways to split n tokens into calls of at least ``floor`` rows, touching every row index."""
-    out = []
-    for first in (floor, floor + 1):
-        chunks = [first]
-        while sum(chunks) + floor <= n:
-            chunks.append(floor)
-        chunks[-1] += n - sum(chunks)
-        out.append(chunks)
-    out.append([n - floor, floor])
-    out.append([floor + 2, n - floor - 2])
-    return out
+def _even(n: int, size: int) -> list[int]:
+    """n rows in calls of ``size`` rows (a remainder joins the last call)."""
+    chunks = [size] * (n // size)
+    if n % size:
+        if chunks:
+            chunks[-1] += n % size
+        else:
+            chunks = [n]
+    return chunks
+
+
+def _invariant_rows(run, n: int) -> tuple[int | None, int | None, dict]:
+    """The smallest floor and largest ceiling such that every call of floor..ceiling rows gives
+    bitwise the same logits for a token, wherever it sits in the call.
+
+    Each candidate floor is first checked against calls one row larger (cheap, and it rules out
+    a floor whose neighbours already differ); then calls of up to 17, 12 or 8 rows are placed at
+    two different offsets and compared with the floor-sized reference.
+    """
+    diffs: dict[str, float] = {}
+    for floor in _FLOORS:
+        reference = run(_even(n, floor))
+
+        def same(chunks: list[int], reference=reference, floor=floor) -> bool:
+            d = float(np.abs(run(chunks) - reference).max())
+            diffs[f"{floor}:{','.join(map(str, chunks))}"] = d
+            return d == 0.0
+
+        if not same(_even(n, floor + 1)):
+            continue
+        for ceiling in _CEILINGS:
+            if ceiling <= floor + 1:
+                break
+            if same([ceiling] + _even(n - ceiling, floor)) and same([floor, ceiling] + _even(n - floor - ceiling, floor)):
+                return floor, ceiling, diffs
+        return floor, floor + 1, diffs
+    return None, None, diffs
 
 
 def _selftest_cache_path() -> Path | None:

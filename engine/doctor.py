@@ -29,7 +29,7 @@ def run_doctor(model: str | None, compute_type: str, threads: int) -> int:
 
         lm = LoadedModel(model_store.resolve_model(model), compute_type=compute_type, threads=threads)
         result = lm.selftest(use_cache=False)
-        verdict = (f"row floor {result.row_floor} (every call of >= {result.row_floor} rows is bitwise invariant)"
+        verdict = (f"rows {result.row_floor}..{result.row_ceiling} (every call of that many rows is bitwise invariant)"
                    if result.row_floor else "FAILED: speculation off")
         print(f"batch-invariance self-test ({lm.compute_type}, {threads} threads): {verdict}; "
               f"1-row steps {'match' if result.single_row_matches else 'differ (single-row is its own numerics)'}; "

@@ -86,6 +86,7 @@ class Result:
     compute_type: str = ""
     threads: int = 0
     row_floor: int | None = None
+    row_ceiling: int | None = None
     speculation_available: bool = True
     audio_ctx: int = N_FRAMES
 
@@ -109,6 +110,7 @@ class Result:
             "compute_type": self.compute_type,
             "threads": self.threads,
             "row_floor": self.row_floor,
+            "row_ceiling": self.row_ceiling,
             "speculation_available": self.speculation_available,
             "audio_ctx": self.audio_ctx,
         }
@@ -141,6 +143,7 @@ class WhisperEngine:
             warnings.warn("this CTranslate2 build has no step API (prefill/forward_step): transcribing with "
                           "CT2 generate(); speculative decoding is unavailable here", stacklevel=2)
         self.row_floor = self.selftest_result.row_floor if self.selftest_result else None
+        self.row_ceiling = (self.selftest_result.row_ceiling or 17) if self.selftest_result else 17
         self.verify_cost = verify_cost or VerifyCost.default(device)
         self.drafters: list[Drafter] = list(drafters or [])
         self.tokenmap_drafter = None
@@ -167,6 +170,7 @@ class WhisperEngine:
         # Priors until evidence arrives: a domain token map is expected to pay, prompt lookup alone is not.
         strong = self.tokenmap_drafter is not None
         self.policy = AdaptiveDraftLength(self.verify_cost, row_floor=self.row_floor or 2,
+                                          k_max=max(1, self.row_ceiling - 1),
                                           prior=0.7 if strong else 0.3, prior_coverage=0.8 if strong else 0.3)
         self.load_seconds = time.perf_counter() - t0
 
@@ -220,9 +224,9 @@ class WhisperEngine:
                 context = WindowContext(prompt=tuple(prompt), eot=self.tokenizer.special.eot, max_new_tokens=max_new,
                                         previous_tokens=tuple(previous), initial_prompt_tokens=tuple(initial),
                                         audio=seg_samples, window_index=index)
-                row_floor = self._row_floor(ctx_frames)
-                tokens = self._decode(encoder_output, prompt, numerics if row_floor else "single-row", chain,
-                                      window_policy, context, max_new, wstats, row_floor)
+                rows = self._invariant_rows(ctx_frames)
+                tokens = self._decode(encoder_output, prompt, numerics if rows[0] else "single-row", chain,
+                                      window_policy, context, max_new, wstats, rows)
             stats.merge(wstats)
             timings["prefill_s"] += wstats.prefill_s
             timings["decoder_s"] += wstats.prefill_s + wstats.steps_s
@@ -241,7 +245,7 @@ class WhisperEngine:
                       numerics=numerics, duration_s=waveform.size / SAMPLE_RATE, timings=timings,
                       stats=stats.to_dict(), windows=results, model=str(self.model_dir), device=self.lm.device,
                       compute_type=self.lm.compute_type, threads=self.lm.threads, row_floor=self.row_floor,
-                      speculation_available=self.row_floor is not None, audio_ctx=ctx_frames)
+                      row_ceiling=self.row_ceiling, speculation_available=self.row_floor is not None, audio_ctx=ctx_frames)
 
     # ------------------------------------------------------------------------------------------
     def _prompt(self, language: str, opts: TranscribeOptions, previous: list[int], initial: list[int]) -> list[int]:
@@ -274,15 +278,16 @@ class WhisperEngine:
             draft.enabled = False  # no draft encoder on windows that will not speculate
         return numerics, reason + note, window_policy
 
-    def _row_floor(self, ctx_frames: int) -> int | None:
-        """The row floor for this encoder length (the self-test runs once per fixed size)."""
+    def _invariant_rows(self, ctx_frames: int) -> tuple[int | None, int]:
+        """Row floor and ceiling for this encoder length (the self-test runs once per fixed size)."""
         if ctx_frames == N_FRAMES or self.selftest_result is None:
-            return self.row_floor
-        return self.lm.selftest(encoder_frames=ctx_frames // 2).row_floor
+            return self.row_floor, self.row_ceiling
+        result = self.lm.selftest(encoder_frames=ctx_frames // 2)
+        return result.row_floor, result.row_ceiling or 17
 
     def _decode(self, encoder_output, prompt: list[int], numerics: str, chain: DrafterChain,
                 policy: AdaptiveDraftLength | FixedDraftLength, context: WindowContext, max_new: int,
-                wstats: DecodeStats, row_floor: int | None) -> list[int]:
+                wstats: DecodeStats, rows: tuple[int | None, int]) -> list[int]:
         eot = self.tokenizer.special.eot
         if numerics == "native":
             t0 = time.perf_counter()
@@ -293,7 +298,8 @@ class WhisperEngine:
             return tokens
         from .verifier import DecoderSession
 
-        session = DecoderSession(self.lm, encoder_output, prompt, numerics, row_floor=row_floor or 2)
+        session = DecoderSession(self.lm, encoder_output, prompt, numerics, row_floor=rows[0] or 2,
+                                 row_ceiling=rows[1])
         chain.begin(context)
         speculating = numerics == "batch-invariant" and bool(chain)
         # Filler rows carry a cheap guess while speculating; the no-speculation oracle uses a constant.

@@ -26,13 +26,14 @@ class DecoderSession:
     """KV-cached decoding of one window; never cloned, rolled back with ``truncate_to_step``."""
 
     def __init__(self, lm: LoadedModel, encoder_output, prompt: Sequence[int], numerics: Numerics,
-                 row_floor: int = 2) -> None:
+                 row_floor: int = 2, row_ceiling: int = 17) -> None:
         self._lm = lm
         self._model = lm.model
         self._encoder_output = encoder_output
         self._prompt = list(prompt)
         self.numerics = numerics
         self.row_floor = max(2, int(row_floor))
+        self.row_ceiling = max(self.row_floor, int(row_ceiling))
         self._suppress = lm.suppress
         self._vocab = lm.vocab_size
         self._state = None
@@ -55,7 +56,7 @@ class DecoderSession:
         return int(self._model.forward_step_greedy(self._state, token, self._suppress))
 
     def verify(self, history: Sequence[int], drafts: Sequence[int]) -> tuple[list[int], int | None]:
-        """Feed ``history[-1]`` plus ``drafts`` in one call of at least ``row_floor`` rows.
+        """Feed ``history[-1]`` plus ``drafts`` in one call of ``row_floor`` to ``row_ceiling`` rows.
 
         Returns the drafted tokens greedy would have produced (a prefix of ``drafts``) and the
         model's own next token (None when an accepted draft was EOT). The state is truncated to
@@ -70,7 +71,7 @@ class DecoderSession:
             if not (0 <= d < self._vocab):
                 break
             rows.append(int(d))
-        rows = rows[: max(1, MAX_POSITIONS - base)]
+        rows = rows[: max(1, min(self.row_ceiling, MAX_POSITIONS - base))]
         refeed = min(max(0, self.row_floor - len(rows)), len(history) - 1)
         if refeed:
             state.truncate_to_step(base - refeed)

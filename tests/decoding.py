@@ -36,7 +36,8 @@ def decode(engine, encoder_output, numerics: str, drafter=None, k: int = 4, lang
     prompt = tok.sot_sequence(language)
     eot = tok.special.eot
     max_new = min(224, 448 - (len(prompt) - 1))
-    session = DecoderSession(engine.lm, encoder_output, prompt, numerics, row_floor=engine.row_floor or 2)
+    session = DecoderSession(engine.lm, encoder_output, prompt, numerics, row_floor=engine.row_floor or 2,
+                             row_ceiling=engine.row_ceiling)
     drafter = drafter or NullDrafter()
     drafter.begin(WindowContext(prompt=tuple(prompt), eot=eot, max_new_tokens=max_new))
     stats = DecodeStats()
