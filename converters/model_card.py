@@ -6,25 +6,18 @@ quantization, the converter and library versions, and the sha256 of the files wr
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import time
 from collections.abc import Iterable
 from pathlib import Path
+
+from specwhisper.io_utils import sha256_file
 
 from .staging import write_json
 
 CARD_NAME = "model_card.json"
 CONVERTER_VERSION = 1  # bump when the output of a conversion changes for the same inputs
 CARD_FORMAT = "specwhisper-model-card/1"
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def file_entries(paths: Iterable[Path], root: Path | None = None) -> list[dict]:

@@ -8,7 +8,6 @@ temporary directory, verifies, then renames, so an interrupted pull leaves no ha
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ModelError, NetworkError
+from .io_utils import sha256_file
 
 DEFAULT_MODEL = "base"
 REQUIRED_FILES = ("model.bin", "config.json", "tokenizer.json")
@@ -159,14 +159,6 @@ def check_model_dir(path: Path) -> None:
         raise ModelError("config.json does not describe a Whisper model (no suppress_ids / alignment_heads)",
                          where=str(path / "config.json"),
                          hint="this looks like another kind of CTranslate2 model; pass a Whisper model")
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def verify(name: str) -> str:
