@@ -54,3 +54,17 @@ def test_numerics_choice_rules():
 def test_verify_cost_interpolates():
     cost = VerifyCost({1: 1.0, 2: 1.6, 4: 1.8})
     assert cost(1) == 1.0 and cost(3) == pytest.approx(1.7) and cost(10) == 1.8
+
+
+def test_without_step_api_transcribes_through_generate(base_model_dir, base_engine, shared_data, monkeypatch):
+    """Upstream CTranslate2 (macOS, ARM, Windows) has no step API: generate() still transcribes."""
+    import specwhisper.backend as backend
+    from specwhisper import WhisperEngine
+
+    monkeypatch.setattr(backend, "step_api_available", lambda: False)
+    with pytest.warns(UserWarning, match="speculative decoding is unavailable"):
+        engine = WhisperEngine(base_model_dir, threads=2)
+    path = shared_data / "real/audio/jfk.flac"
+    result = engine.transcribe(path, language="en")
+    assert result.numerics == "native" and not result.speculation_available
+    assert result.tokens == base_engine.transcribe(path, language="en", numerics="single-row").tokens
