@@ -138,6 +138,65 @@ class LoadedModel:
         self._selftests[encoder_frames] = result
         return result
 
+    def call_costs(self, *, use_cache: bool = True) -> dict[int, float]:
+        """Relative cost of one decoder call by rows (1 row = 1.0), measured once and cached.
+
+        Fastest of a few trials per size (noise on a shared machine only adds time) on a random
+        encoder output of the real shape, the state rolled back with ``truncate_to_step`` between
+        trials; a size never counts as dearer than a larger one. Feeds the cost model for K.
+        """
+        key = f"cost-v2|{self._selftest_key()}"
+        cache = _selftest_cache_path()
+        if use_cache and cache is not None:
+            cached = _read_cache(cache).get(key)
+            if isinstance(cached, dict) and cached:
+                return {int(k): float(v) for k, v in cached.items()}
+        table = self._measure_call_costs()
+        if cache is not None:
+            data = _read_cache(cache)
+            data[key] = {str(k): v for k, v in table.items()}
+            _write_cache(cache, data)
+        return table
+
+    def _measure_call_costs(self, sizes: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 17), trials: int = 5) -> dict[int, float]:
+        encoder_output, prompt = self._random_window(1500)
+        state, _ = self.model.prefill(encoder_output, prompt)
+        for _ in range(8):  # warm up and move past the prompt
+            self.model.forward_step_greedy(state, prompt[-1], self.suppress)
+        base = state.current_step
+        tokens = self.tokenizer.encode(_SELFTEST_TEXT)[:max(sizes)]
+
+        def timed(n: int) -> float:
+            times = []
+            for _ in range(trials):
+                state.truncate_to_step(base)
+                t0 = time.perf_counter()
+                if n == 1:
+                    self.model.forward_step_greedy(state, tokens[0], self.suppress)
+                else:
+                    self.model.forward_batch_greedy(state, tokens[:n], self.suppress)
+                times.append(time.perf_counter() - t0)
+            return min(times)
+
+        step = timed(1)
+        ratios = {n: max(timed(n) / step, 1.0) for n in sizes}
+        state.truncate_to_step(base)
+        table, ceiling = {1: 1.0}, float("inf")
+        for n in sorted(sizes, reverse=True):
+            ceiling = min(ceiling, ratios[n])
+            table[n] = round(ceiling, 3)
+        return dict(sorted(table.items()))
+
+    def _random_window(self, encoder_frames: int):
+        """A random encoder output of the real shape (kernels depend on shapes, not data) and a prompt."""
+        ct2 = _import_ct2()
+        short = self.model.encode(ct2.StorageView.from_array(np.zeros((1, self.n_mels, 200), np.float32)))
+        enc = np.random.default_rng(0).standard_normal((1, encoder_frames, short.shape[2])).astype(np.float32)
+        encoder_output = ct2.StorageView.from_array(enc)
+        if self.device == "cuda":
+            encoder_output = encoder_output.to_device(ct2.Device.cuda)
+        return encoder_output, self.tokenizer.sot_sequence("en")
+
     def _selftest_key(self) -> str:
         import ctranslate2
 
@@ -156,15 +215,8 @@ class LoadedModel:
 
         Kernels are chosen by shape, not data, so a random encoder output of the real shape suffices.
         """
-        ct2 = _import_ct2()
         t0 = time.perf_counter()
-        short = self.model.encode(ct2.StorageView.from_array(np.zeros((1, self.n_mels, 200), np.float32)))
-        d_model = short.shape[2]
-        enc = np.random.default_rng(0).standard_normal((1, encoder_frames, d_model)).astype(np.float32)
-        encoder_output = ct2.StorageView.from_array(enc)
-        if self.device == "cuda":
-            encoder_output = encoder_output.to_device(ct2.Device.cuda)
-        prompt = self.tokenizer.sot_sequence("en")
+        encoder_output, prompt = self._random_window(encoder_frames)
         seq = (self.tokenizer.encode(_SELFTEST_TEXT) * 3)[:_SELFTEST_LEN]
 
         def run(chunks: list[int]) -> np.ndarray:

@@ -144,6 +144,8 @@ class WhisperEngine:
                           "CT2 generate(); speculative decoding is unavailable here", stacklevel=2)
         self.row_floor = self.selftest_result.row_floor if self.selftest_result else None
         self.row_ceiling = (self.selftest_result.row_ceiling or 17) if self.selftest_result else 17
+        if verify_cost is None and self.row_floor is not None:
+            verify_cost = VerifyCost(self.lm.call_costs())
         self.verify_cost = verify_cost or VerifyCost.default(device)
         self.drafters: list[Drafter] = list(drafters or [])
         self.tokenmap_drafter = None

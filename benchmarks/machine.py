@@ -1,0 +1,66 @@
+"""What a result needs to be comparable: the machine, the package versions, the command line."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _mem_total_gb() -> float | None:
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def machine_info() -> dict:
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": _cpu_model(), "cores_visible": os.cpu_count(), "cores_usable": usable,
+            "memory_gb": _mem_total_gb(), "os": platform.platform(), "python": sys.version.split()[0]}
+
+
+def versions() -> dict:
+    out = {name: _version(name) for name in ("specwhisper", "ctranslate2-crisperwhisper", "ctranslate2", "numpy",
+                                              "jiwer", "whisper-normalizer", "matplotlib")}
+    try:
+        import ctranslate2
+
+        out["ctranslate2_module"] = ctranslate2.__version__
+    except ImportError:
+        pass
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    args = sys.argv[1:] if argv is None else argv
+    return "python -m benchmarks " + " ".join(shlex.quote(a) for a in args)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()

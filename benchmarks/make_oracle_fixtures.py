@@ -1,0 +1,137 @@
+"""Write the faster-whisper oracle fixtures the engine's tests compare against.
+
+    python -m benchmarks.make_oracle_fixtures [--base DIR] [--tiny DIR] [--data ROOT] [--out tests/fixtures]
+
+* ``mel_oracle.npz``: faster-whisper's log-mel of 4 shared clips, exactly as its encoder sees the
+  first window, cut to the audio frames + 50 padding frames (float32, compressed), plus jfk at 128
+  bins (first 300 frames). ``meta`` (a JSON string) records versions, clip paths and the exact call.
+* ``fw_greedy.json``: faster-whisper greedy transcripts (text and token ids) of the 7 sentence clips
+  in real/ for base and tiny.en.
+
+Runs faster-whisper in the peer environment (``peer_env``), fed the samples our loader decoded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from specwhisper.audio import load_audio
+from specwhisper.io_utils import atomic_write_bytes, atomic_write_text
+
+from .data import REPO, Clip, load_set, shared_data_root
+from .peer_env import PeerWorker
+
+MEL_CLIPS = ("jfk", "librispeech_1272-128104-0001", "fsdd_0_george_7", "car_000")
+EXTRA_FRAMES = 50
+MEL128_FRAMES = 300
+MEL_CALL = ("features = FeatureExtractor(feature_size=N)(audio)  # padding=160 zero samples appended, "
+            "chunk_length=None; content_frames = features.shape[-1] - 1; "
+            "window = faster_whisper.audio.pad_or_trim(features[:, :min(content_frames, 3000)])  "
+            "# zero-pads in the log-mel domain to 3000 frames; stored: window[:, :content_frames + 50]")
+FW_GREEDY_CALL = ("WhisperModel(model_dir, device='cpu', compute_type='int8', cpu_threads=2, num_workers=1)"
+                  ".transcribe(audio, language='en', beam_size=1, temperature=0.0, without_timestamps=True, "
+                  "vad_filter=False, condition_on_previous_text=False)")
+
+
+def _save_npy(clip: Clip, into: Path) -> Path:
+    path = into / f"{clip.set}_{clip.id}.npy"
+    if not path.exists():
+        np.save(path, load_audio(clip.path))
+    return path
+
+
+def make_mel_oracle(worker: PeerWorker, root: Path, tmp: Path, out: Path, versions: dict) -> Path:
+    clips = {c.id: c for name in ("real", "car") for c in load_set(name, root)}
+    jobs, meta_clips = [], {}
+    for cid in MEL_CLIPS:
+        clip = clips[cid]
+        npy = _save_npy(clip, tmp)
+        jobs.append({"id": f"mel80_{cid}", "npy": str(npy), "out": str(tmp / f"mel80_{cid}.npy"), "n_mels": 80,
+                     "extra_frames": EXTRA_FRAMES, "path": str(clip.path)})
+    jfk = clips["jfk"]
+    jobs.append({"id": "mel128_jfk", "npy": str(_save_npy(jfk, tmp)), "out": str(tmp / "mel128_jfk.npy"),
+                 "n_mels": 128, "extra_frames": EXTRA_FRAMES, "max_frames": MEL128_FRAMES})
+    arrays: dict[str, np.ndarray] = {}
+    for info in worker.run({"op": "mel", "clips": jobs}):
+        key = info["id"]
+        arrays[key] = np.load(tmp / f"{key}.npy")
+        cid = key.split("_", 1)[1]
+        meta_clips[key] = {"clip": clips[cid].rel, "shape": info["shape"], "content_frames": info["content_frames"],
+                           "raw_frames": info["raw_frames"], "samples": int(np.load(_save_npy(clips[cid], tmp)).size),
+                           "decode_audio_max_abs_diff": info.get("decode_audio_max_abs_diff")}
+    meta = {
+        "faster_whisper": versions["faster_whisper"], "ctranslate2": versions["ctranslate2"],
+        "numpy": versions["numpy"], "data_root": "relative paths below are under the shared data root",
+        "audio": "float32 16 kHz mono decoded by specwhisper.audio.load_audio (soundfile), fed as arrays; "
+                 "decode_audio_max_abs_diff compares faster_whisper.decode_audio on the same file",
+        "call": MEL_CALL, "extra_frames": EXTRA_FRAMES, "mel128_max_frames": MEL128_FRAMES,
+        "arrays": meta_clips,
+    }
+    buf = io.BytesIO()
+    np.savez_compressed(buf, meta=np.array(json.dumps(meta, indent=1)), **arrays)
+    return atomic_write_bytes(out / "mel_oracle.npz", buf.getvalue())
+
+
+def make_fw_greedy(worker: PeerWorker, root: Path, tmp: Path, out: Path, models: dict[str, Path],
+                   versions: dict) -> Path:
+    sentences = [c for c in load_set("real", root) if c.kind == "sentence"]
+    result: dict = {"faster_whisper": versions["faster_whisper"], "ctranslate2": versions["ctranslate2"],
+                    "call": FW_GREEDY_CALL,
+                    "note": "tokens: all segments' ids concatenated (SOT sequence and EOT excluded). "
+                            "faster-whisper defaults left on: suppress_blank=True, suppress_tokens=[-1], "
+                            "no_speech_threshold=0.6 with log_prob_threshold=-1.0 (a window whose no-speech "
+                            "probability is > 0.6 and average log-prob < -1 is dropped), "
+                            "compression_ratio_threshold=2.4 (no effect: a single temperature)",
+                    "models": {}}
+    for name, model_dir in models.items():
+        rows = []
+        for clip in sentences:
+            print(f"[fixtures] fw greedy {name} {clip.id}", file=sys.stderr)
+            job = {"op": "transcribe", "system": "fw-greedy", "model": str(model_dir), "device": "cpu",
+                   "compute_type": "int8", "threads": 2, "npy": str(_save_npy(clip, tmp)), "language": "en"}
+            (res,) = worker.run_all(job)
+            rows.append({"id": clip.id, "clip": clip.rel, "text": res["text"], "tokens": res["tokens"],
+                         "segments": [{"text": s["text"], "tokens": s["tokens"]} for s in res["segments"]]})
+        result["models"][name] = {"model_dir_name": Path(model_dir).name, "clips": rows}
+    return atomic_write_text(out / "fw_greedy.json", json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+
+
+def _model(arg: str | None, name: str) -> Path:
+    if arg:
+        return Path(arg)
+    from specwhisper.model_store import resolve_model
+
+    return resolve_model(name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.make_oracle_fixtures", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", help="CT2 directory of the multilingual base model (default: model store)")
+    ap.add_argument("--tiny", help="CT2 directory of tiny.en (default: model store)")
+    ap.add_argument("--data", help="shared corpus root (default: ../shared/data)")
+    ap.add_argument("--out", default=str(REPO / "tests" / "fixtures"))
+    ap.add_argument("--only", choices=("mel", "greedy"), help="write one of the two fixtures")
+    args = ap.parse_args(argv)
+    root = shared_data_root(args.data)
+    out = Path(args.out)
+    with tempfile.TemporaryDirectory(prefix="sw-oracle-") as t, PeerWorker() as worker:
+        tmp = Path(t)
+        (versions,) = worker.run_all({"op": "versions"})
+        if args.only in (None, "mel"):
+            print(f"[fixtures] wrote {make_mel_oracle(worker, root, tmp, out, versions)}", file=sys.stderr)
+        if args.only in (None, "greedy"):
+            models = {"base": _model(args.base, "base"), "tiny.en": _model(args.tiny, "tiny.en")}
+            print(f"[fixtures] wrote {make_fw_greedy(worker, root, tmp, out, models, versions)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
