@@ -116,6 +116,25 @@ class Result:
         }
 
 
+@dataclass
+class _Run:
+    """The state of one ``transcribe`` call as its windows go by."""
+
+    opts: TranscribeOptions
+    ctx_frames: int
+    chain: DrafterChain
+    policy: AdaptiveDraftLength | FixedDraftLength
+    language: str | None
+    initial: list[int]
+    language_prob: float = 1.0
+    previous: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    windows: list[WindowResult] = field(default_factory=list)
+    stats: DecodeStats = field(default_factory=DecodeStats)
+    timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
+        ("load_s", "audio_s", "features_s", "encoder_s", "language_s", "prefill_s", "decoder_s"), 0.0))
+
+
 class WhisperEngine:
     """A loaded model plus its drafters. Safe to call from several threads (windows are serialised)."""
 
@@ -180,74 +199,81 @@ class WhisperEngine:
     def transcribe(self, audio: AudioInput, language: str | None = None, task: str = "transcribe",
                    **options) -> Result:
         opts = TranscribeOptions(language=language, task=task, **options)
+        if opts.language is not None:
+            self.tokenizer.sot_sequence(opts.language, opts.task)  # validates the code for this model
         t_start = time.perf_counter()
         waveform = load_audio(audio)
         t_audio = time.perf_counter()
         mel = log_mel_spectrogram(waveform, n_mels=self.lm.n_mels)
-        t_feat = time.perf_counter()
         n_content = content_frames(mel)
         ctx_frames = choose_frames(opts.audio_ctx, n_content)
         if ctx_frames < N_FRAMES:
             mel = short_window_features(waveform, ctx_frames, n_mels=self.lm.n_mels)
-        windows = list(range(0, max(n_content, 1), N_FRAMES))
-        stats = DecodeStats()
-        timings = {"load_s": self.load_seconds, "audio_s": t_audio - t_start, "features_s": t_feat - t_audio,
-                   "encoder_s": 0.0, "language_s": 0.0, "prefill_s": 0.0, "decoder_s": 0.0}
-        chain = DrafterChain(self.drafters) if opts.speculation and opts.draft_len != 0 else DrafterChain([])
-        policy = self.policy if opts.draft_len is None else FixedDraftLength(opts.draft_len)
-        language, language_prob = opts.language, 1.0
-        if language is not None:
-            self.tokenizer.sot_sequence(language, opts.task)  # validates the code for this model
-        previous: list[int] = []
-        initial = self.tokenizer.encode(" " + opts.initial_prompt.strip()) if opts.initial_prompt else []
-        results: list[WindowResult] = []
-        all_tokens: list[int] = []
-        for index, start in enumerate(windows):
+        run = _Run(opts=opts, ctx_frames=ctx_frames,
+                   chain=DrafterChain(self.drafters) if opts.speculation and opts.draft_len != 0 else DrafterChain([]),
+                   policy=self.policy if opts.draft_len is None else FixedDraftLength(opts.draft_len),
+                   language=opts.language,
+                   initial=self.tokenizer.encode(" " + opts.initial_prompt.strip()) if opts.initial_prompt else [])
+        run.timings.update(load_s=self.load_seconds, audio_s=t_audio - t_start,
+                           features_s=time.perf_counter() - t_audio)
+        starts = list(range(0, max(n_content, 1), N_FRAMES))
+        for index, start in enumerate(starts):
             if opts.progress:
-                opts.progress(index, len(windows))
-            seg_samples = waveform[start * 160:(start + N_FRAMES) * 160]
-            end_frame = min(start + N_FRAMES, n_content)
-            if seg_samples.size == 0 or float(np.abs(seg_samples).max()) < SILENCE_PEAK:
-                results.append(WindowResult(start / 100, end_frame / 100, "", [], "skipped", "silence", {}))
-                continue
-            segment = mel if ctx_frames < N_FRAMES else window_features(mel[:, :end_frame], start)
-            with self.lm.lock:
-                t0 = time.perf_counter()
-                encoder_output = self.lm.encode(segment)
-                t1 = time.perf_counter()
-                timings["encoder_s"] += t1 - t0
-                if language is None:
-                    language, language_prob = self.lm.detect_language(encoder_output)
-                    timings["language_s"] += time.perf_counter() - t1
-                prompt = self._prompt(language, opts, previous, initial)
-                max_new = min(MAX_POSITIONS // 2, MAX_POSITIONS - (len(prompt) - 1))
-                wstats = DecodeStats()
-                numerics, reason, window_policy = self._choose_numerics(opts, chain, policy, ctx_frames)
-                context = WindowContext(prompt=tuple(prompt), eot=self.tokenizer.special.eot, max_new_tokens=max_new,
-                                        previous_tokens=tuple(previous), initial_prompt_tokens=tuple(initial),
-                                        audio=seg_samples, window_index=index)
-                rows = self._invariant_rows(ctx_frames)
-                tokens = self._decode(encoder_output, prompt, numerics if rows[0] else "single-row", chain,
-                                      window_policy, context, max_new, wstats, rows)
-            stats.merge(wstats)
-            timings["prefill_s"] += wstats.prefill_s
-            timings["decoder_s"] += wstats.prefill_s + wstats.steps_s
-            text_tokens = [t for t in tokens if t != self.tokenizer.special.eot]
-            all_tokens.extend(text_tokens)
-            previous.extend(t for t in text_tokens if t < self.tokenizer.special.eot)
-            results.append(WindowResult(start / 100, end_frame / 100, self.tokenizer.decode(text_tokens),
-                                        text_tokens, numerics, reason, wstats.to_dict()))
+                opts.progress(index, len(starts))
+            run.windows.append(self._transcribe_window(run, waveform, mel, index, start, n_content))
         if opts.progress:
-            opts.progress(len(windows), len(windows))
-        timings["total_s"] = time.perf_counter() - t_start
-        used = {w.numerics for w in results if w.numerics != "skipped"}
+            opts.progress(len(starts), len(starts))
+        run.timings["total_s"] = time.perf_counter() - t_start
+        return self._result(run, waveform)
+
+    def _transcribe_window(self, run: _Run, waveform: np.ndarray, mel: np.ndarray, index: int, start: int,
+                           n_content: int) -> WindowResult:
+        """Encode and decode the window that starts at frame ``start``."""
+        eot = self.tokenizer.special.eot
+        samples = waveform[start * 160:(start + N_FRAMES) * 160]
+        end_frame = min(start + N_FRAMES, n_content)
+        if samples.size == 0 or float(np.abs(samples).max()) < SILENCE_PEAK:
+            return WindowResult(start / 100, end_frame / 100, "", [], "skipped", "silence", {})
+        segment = mel if run.ctx_frames < N_FRAMES else window_features(mel[:, :end_frame], start)
+        wstats = DecodeStats()
+        with self.lm.lock:
+            t0 = time.perf_counter()
+            encoder_output = self.lm.encode(segment)
+            t1 = time.perf_counter()
+            run.timings["encoder_s"] += t1 - t0
+            if run.language is None:
+                run.language, run.language_prob = self.lm.detect_language(encoder_output)
+                run.timings["language_s"] += time.perf_counter() - t1
+            prompt = self._prompt(run.language, run.opts, run.previous, run.initial)
+            max_new = min(MAX_POSITIONS // 2, MAX_POSITIONS - (len(prompt) - 1))
+            numerics, reason, window_policy = self._choose_numerics(run.opts, run.chain, run.policy)
+            rows = self._invariant_rows(run.ctx_frames)
+            if rows[0] is None and numerics == "batch-invariant":
+                numerics, reason = "single-row", "no invariant row range for this encoder length"
+            context = WindowContext(prompt=tuple(prompt), eot=eot, max_new_tokens=max_new,
+                                    previous_tokens=tuple(run.previous), initial_prompt_tokens=tuple(run.initial),
+                                    audio=samples, window_index=index)
+            tokens = self._decode(encoder_output, prompt, numerics, run.chain, window_policy, context, max_new,
+                                  wstats, rows)
+        run.stats.merge(wstats)
+        run.timings["prefill_s"] += wstats.prefill_s
+        run.timings["decoder_s"] += wstats.prefill_s + wstats.steps_s
+        text_tokens = [t for t in tokens if t != eot]
+        run.tokens.extend(text_tokens)
+        run.previous.extend(t for t in text_tokens if t < eot)
+        return WindowResult(start / 100, end_frame / 100, self.tokenizer.decode(text_tokens), text_tokens, numerics,
+                            reason, wstats.to_dict())
+
+    def _result(self, run: _Run, waveform: np.ndarray) -> Result:
+        used = {w.numerics for w in run.windows if w.numerics != "skipped"}
         numerics = used.pop() if len(used) == 1 else ("mixed" if used else "none")
-        text = "".join(w.text for w in results).strip()
-        return Result(text=text, tokens=all_tokens, language=language or "en", language_probability=language_prob,
-                      numerics=numerics, duration_s=waveform.size / SAMPLE_RATE, timings=timings,
-                      stats=stats.to_dict(), windows=results, model=str(self.model_dir), device=self.lm.device,
+        return Result(text="".join(w.text for w in run.windows).strip(), tokens=run.tokens,
+                      language=run.language or "en", language_probability=run.language_prob, numerics=numerics,
+                      duration_s=waveform.size / SAMPLE_RATE, timings=run.timings, stats=run.stats.to_dict(),
+                      windows=run.windows, model=str(self.model_dir), device=self.lm.device,
                       compute_type=self.lm.compute_type, threads=self.lm.threads, row_floor=self.row_floor,
-                      row_ceiling=self.row_ceiling, speculation_available=self.row_floor is not None, audio_ctx=ctx_frames)
+                      row_ceiling=self.row_ceiling, speculation_available=self.row_floor is not None,
+                      audio_ctx=run.ctx_frames)
 
     # ------------------------------------------------------------------------------------------
     def _prompt(self, language: str, opts: TranscribeOptions, previous: list[int], initial: list[int]) -> list[int]:
@@ -258,7 +284,7 @@ class WhisperEngine:
         return [self.tokenizer.special.sot_prev] + context[-(MAX_POSITIONS // 2 - 1):] + sot
 
     def _choose_numerics(self, opts: TranscribeOptions, chain: DrafterChain,
-                         policy: AdaptiveDraftLength | FixedDraftLength, ctx_frames: int):
+                         policy: AdaptiveDraftLength | FixedDraftLength):
         """Numerics for the next window, why, and the draft-length policy it runs with."""
         if not self.lm.has_step_api:
             return "native", "no step API in this CTranslate2 build", policy
@@ -306,8 +332,7 @@ class WhisperEngine:
         speculating = numerics == "batch-invariant" and bool(chain)
         # Filler rows carry a cheap guess while speculating; the no-speculation oracle uses a constant.
         filler = self._filler() if speculating else (lambda _tokens: eot)
-        tokens = decode_window(session, chain if speculating else NullDrafter(), policy, max_new, eot, wstats,
-                               filler)
+        tokens = decode_window(session, chain if speculating else NullDrafter(), policy, max_new, eot, wstats, filler)
         text_tokens = [t for t in tokens if t != eot]
         if not speculating and chain:  # costly drafters (draft models) stay out of the shadow
             shadow = DrafterChain([d for d in chain.drafters if not getattr(d, "costly", False)])
