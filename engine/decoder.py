@@ -56,7 +56,8 @@ def _speculate(session: DecoderSession, drafter: Drafter, policy: DraftLengthPol
         n_acc = len(accepted)
         drafter.observe(min(n_acc, n_real))
         policy.record(n_real, min(n_acc, n_real), max(0, n_acc - n_real))
-        stats.record_verify(k, len(drafts), n_acc, len(drafts) - n_real, getattr(drafter, "last_source", name))
+        stats.record_verify(k, len(drafts), n_acc, len(drafts) - n_real, getattr(drafter, "last_source", name),
+                            rows=min(len(drafts) + 1, session.row_ceiling))
         out.extend(accepted)
         if nxt is not None:
             out.append(nxt)

@@ -77,6 +77,27 @@ class FixedDraftLength:
 
 
 @dataclass
+class StepHeuristicDraftLength:
+    """The published +2/-1 rule (K grows by 2 after a fully accepted draft, shrinks by 1 after a
+    rejection), kept as a baseline for the cost model."""
+
+    k: int = 4
+    k_min: int = 1
+    k_max: int = 16
+
+    def draft_len(self) -> int:
+        return self.k
+
+    def record(self, n_proposed: int, n_accepted: int, filler_accepted: int = 0) -> None:
+        if n_proposed <= 0:
+            return
+        self.k = min(self.k_max, self.k + 2) if n_accepted >= n_proposed else max(self.k_min, self.k - 1)
+
+    def expected_speedup(self) -> float:
+        return float("inf")
+
+
+@dataclass
 class AdaptiveDraftLength:
     """Chooses K each round from recent acceptance by position (exponentially weighted).
 

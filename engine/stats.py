@@ -29,10 +29,14 @@ class DecodeStats:
     shadow_accepted: int = 0
     shadow_rounds: int = 0
     accepted_by_len: dict[int, int] = field(default_factory=dict)
+    calls_by_rows: dict[int, int] = field(default_factory=dict)
     by_drafter: dict[str, dict[str, int]] = field(default_factory=dict)
 
-    def record_verify(self, k: int, n_drafted: int, n_accepted: int, n_filler: int, source: str) -> None:
+    def record_verify(self, k: int, n_drafted: int, n_accepted: int, n_filler: int, source: str,
+                      rows: int = 0) -> None:
         self.verify_calls += 1
+        rows = rows or n_drafted + 1
+        self.calls_by_rows[rows] = self.calls_by_rows.get(rows, 0) + 1
         self.k_sum += k
         self.drafted += n_drafted
         self.accepted += n_accepted
@@ -52,6 +56,8 @@ class DecodeStats:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for n, c in other.accepted_by_len.items():
             self.accepted_by_len[n] = self.accepted_by_len.get(n, 0) + c
+        for n, c in other.calls_by_rows.items():
+            self.calls_by_rows[n] = self.calls_by_rows.get(n, 0) + c
         for src, d in other.by_drafter.items():
             mine = self.by_drafter.setdefault(src, {"drafted": 0, "accepted": 0, "rounds": 0})
             for key, value in d.items():
@@ -74,6 +80,7 @@ class DecodeStats:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["accepted_by_len"] = {str(k): v for k, v in sorted(self.accepted_by_len.items())}
+        d["calls_by_rows"] = {str(k): v for k, v in sorted(self.calls_by_rows.items())}
         d["acceptance_rate"] = round(self.acceptance_rate, 4)
         d["mean_accepted_len"] = round(self.mean_accepted_len, 4)
         d["mean_k"] = round(self.k_sum / self.verify_calls, 3) if self.verify_calls else 0.0
