@@ -7,10 +7,8 @@ flipped, drafts longer than the remaining length, every K from 1 to 16) may cost
 
 from __future__ import annotations
 
-import pytest
-
 from adversarial import EarlyEot, Oracle, OutOfVocabulary, RandomIds, Repeater
-from clips import every_single_window_clip, representative
+from clips import representative
 from decoding import decode, encode_clip
 
 
@@ -68,14 +66,6 @@ def test_every_k_and_perfect_drafts_base(base_engine, shared_data):
 def test_adversarial_drafters_tiny(tiny_engine, shared_data):
     for seed, clip in enumerate(representative(shared_data)[::3]):
         _check_clip(tiny_engine, clip, seed)
-
-
-@pytest.mark.full
-@pytest.mark.parametrize("model", ["base", "tiny"])
-def test_lossless_every_clip(model, base_engine, tiny_engine, shared_data):
-    engine = base_engine if model == "base" else tiny_engine
-    for seed, clip in enumerate(every_single_window_clip(shared_data)):
-        _check_clip(engine, clip, seed, exhaustive=True)
 
 
 def test_float32_invariant_range_and_exactness(base_model_dir, shared_data):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clips import every_single_window_clip, representative
+from clips import representative
 from decoding import decode, encode_clip, generate_tokens
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -29,14 +29,6 @@ def test_single_row_equals_generate_base(base_engine, shared_data):
 def test_single_row_equals_generate_tiny(tiny_engine, shared_data):
     for clip in representative(shared_data)[::2]:
         _check_generate_parity(tiny_engine, clip)
-
-
-@pytest.mark.full
-@pytest.mark.parametrize("model", ["base", "tiny"])
-def test_single_row_equals_generate_every_clip(model, base_engine, tiny_engine, shared_data):
-    engine = base_engine if model == "base" else tiny_engine
-    for clip in every_single_window_clip(shared_data):
-        _check_generate_parity(engine, clip)
 
 
 @pytest.mark.parametrize("model", ["base", "tiny.en"])

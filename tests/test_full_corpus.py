@@ -1,0 +1,47 @@
+"""Every single-window clip of every shared set, both models (``pytest -m full``, about 25 minutes).
+
+Per clip, one encoder pass serves all checks: single-row tokens equal the fork's ``generate``,
+and speculation with adversarial drafters equals the no-speculation oracle in batch-invariant
+numerics. Multi-window files (long-form) go through ``transcribe`` with prompt lookup.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from adversarial import EarlyEot, Oracle, RandomIds
+from clips import every_single_window_clip
+from decoding import decode, encode_clip, generate_tokens
+
+pytestmark = pytest.mark.full
+
+
+@pytest.mark.parametrize("model", ["base", "tiny"])
+def test_parity_and_exactness_on_every_clip(model, base_engine, tiny_engine, shared_data):
+    engine = base_engine if model == "base" else tiny_engine
+    eot, vocab = engine.tokenizer.special.eot, engine.lm.vocab_size
+    failures = []
+    for seed, clip in enumerate(every_single_window_clip(shared_data)):
+        if not engine.tokenizer.multilingual and clip.get("lang", "en") != "en":
+            continue
+        enc, _ = encode_clip(engine, clip["path"])
+        single, _ = decode(engine, enc, "single-row")
+        if single != generate_tokens(engine, enc):
+            failures.append(f"{clip['audio']}: single-row != generate")
+        oracle, _ = decode(engine, enc, "batch-invariant")
+        for drafter, k in ((Oracle(oracle, eot, flip=True, seed=seed), 1 + seed % 16), (RandomIds(seed, vocab), 8),
+                           (EarlyEot(eot), 3)):
+            tokens, _ = decode(engine, enc, "batch-invariant", drafter, k=k, filler=engine.guesser)
+            if tokens != oracle:
+                failures.append(f"{clip['audio']}: {type(drafter).__name__} K={k} changed the output")
+    assert not failures, failures
+
+
+def test_long_form_exact_with_prompt_lookup(base_model_dir, shared_data):
+    from specwhisper import WhisperEngine
+
+    engine = WhisperEngine(base_model_dir, threads=2, prompt_lookup=True)
+    for path in sorted((shared_data / "longform").glob("*.flac")):
+        oracle = engine.transcribe(path, language="en", numerics="batch-invariant", speculation=False)
+        spec = engine.transcribe(path, language="en", numerics="batch-invariant")
+        assert spec.tokens == oracle.tokens, path.name
