@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 from specwhisper import WhisperEngine
-from specwhisper.drafters.bigram import BigramGuesser
 from specwhisper.io_utils import atomic_write_text
 from specwhisper.policy import AdaptiveDraftLength, StepHeuristicDraftLength
 
@@ -27,9 +26,8 @@ POLICIES = ("cost-model", "fixed-2", "fixed-4", "fixed-8", "heuristic+2/-1")
 
 
 def _engine_for(policy: str, base: WhisperEngine) -> tuple[WhisperEngine, dict]:
-    """The engine set up for ``policy``, with what it learns online reset so no policy inherits
-    the previous one's pass over the same clip."""
-    base.guesser = BigramGuesser(base.tokenizer)
+    """The engine set up for ``policy`` (filler guesses learn per call only, so no policy inherits
+    another's pass over the same clip)."""
     if policy == "cost-model":
         base.policy = AdaptiveDraftLength(base.verify_cost, row_floor=base.row_floor or 2,
                                           k_max=max(1, base.row_ceiling - 1), prior=0.7, prior_coverage=0.8)

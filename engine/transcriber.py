@@ -126,6 +126,7 @@ class _Run:
     policy: AdaptiveDraftLength | FixedDraftLength
     language: str | None
     initial: list[int]
+    guesser: BigramGuesser
     language_prob: float = 1.0
     previous: list[int] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
@@ -151,6 +152,9 @@ class WhisperEngine:
         self.model_dir = resolve_model(model, prefer_int8=compute_type.startswith("int8"))
         self.lm = LoadedModel(self.model_dir, device=device, compute_type=compute_type, threads=threads)
         self.tokenizer = self.lm.tokenizer
+        # Cheap filler guesses learn from the outputs of one call (earlier windows of the same audio);
+        # across calls only with learn=True, so that by default one file never speeds up another.
+        self.learn = learn
         self.guesser = BigramGuesser(self.tokenizer)
         self.selftest_result: SelfTestResult | None = None
         if self.lm.has_step_api and selftest:
@@ -213,7 +217,8 @@ class WhisperEngine:
                    chain=DrafterChain(self.drafters) if opts.speculation and opts.draft_len != 0 else DrafterChain([]),
                    policy=self.policy if opts.draft_len is None else FixedDraftLength(opts.draft_len),
                    language=opts.language,
-                   initial=self.tokenizer.encode(" " + opts.initial_prompt.strip()) if opts.initial_prompt else [])
+                   initial=self.tokenizer.encode(" " + opts.initial_prompt.strip()) if opts.initial_prompt else [],
+                   guesser=self.guesser if self.learn else BigramGuesser(self.tokenizer))
         run.timings.update(load_s=self.load_seconds, audio_s=t_audio - t_start,
                            features_s=time.perf_counter() - t_audio)
         starts = list(range(0, max(n_content, 1), N_FRAMES))
@@ -254,7 +259,7 @@ class WhisperEngine:
                                     previous_tokens=tuple(run.previous), initial_prompt_tokens=tuple(run.initial),
                                     audio=samples, window_index=index)
             tokens = self._decode(encoder_output, prompt, numerics, run.chain, window_policy, context, max_new,
-                                  wstats, rows)
+                                  wstats, rows, run.guesser)
         run.stats.merge(wstats)
         run.timings["prefill_s"] += wstats.prefill_s
         run.timings["decoder_s"] += wstats.prefill_s + wstats.steps_s
@@ -315,7 +320,7 @@ class WhisperEngine:
 
     def _decode(self, encoder_output, prompt: list[int], numerics: str, chain: DrafterChain,
                 policy: AdaptiveDraftLength | FixedDraftLength, context: WindowContext, max_new: int,
-                wstats: DecodeStats, rows: tuple[int | None, int]) -> list[int]:
+                wstats: DecodeStats, rows: tuple[int | None, int], guesser: BigramGuesser) -> list[int]:
         eot = self.tokenizer.special.eot
         if numerics == "native":
             t0 = time.perf_counter()
@@ -331,7 +336,7 @@ class WhisperEngine:
         chain.begin(context)
         speculating = numerics == "batch-invariant" and bool(chain)
         # Filler rows carry a cheap guess while speculating; the no-speculation oracle uses a constant.
-        filler = self._filler() if speculating else (lambda _tokens: eot)
+        filler = self._filler(guesser) if speculating else (lambda _tokens: eot)
         tokens = decode_window(session, chain if speculating else NullDrafter(), policy, max_new, eot, wstats, filler)
         text_tokens = [t for t in tokens if t != eot]
         if not speculating and chain:  # costly drafters (draft models) stay out of the shadow
@@ -339,12 +344,12 @@ class WhisperEngine:
             if shadow:
                 shadow_replay(shadow, tokens, policy.draft_len(), wstats, policy)
         chain.end(text_tokens)
-        self.guesser.learn(text_tokens)
+        guesser.learn(text_tokens)
         return tokens
 
-    def _filler(self) -> Callable[[list[int]], int]:
+    def _filler(self, bigram: BigramGuesser) -> Callable[[list[int]], int]:
         """The token map's most frequent next token where it knows the context, else the bigram guess."""
-        tm, bigram = self.tokenmap_drafter, self.guesser
+        tm = self.tokenmap_drafter
         if tm is None:
             return bigram
 
