@@ -99,7 +99,8 @@ def load_draft_model(draft: str | Path, main_tokenizer: WhisperTokenizer, *, mai
     if threads < 1:
         raise ModelError(f"draft threads must be >= 1, got {threads}", where="--draft-model")
     try:
-        draft_dir = resolve_model(draft, download=download)
+        # Stored like the main model (the store keeps int8 copies), so model.bin sizes compare.
+        draft_dir = resolve_model(draft, download=download, prefer_int8=compute_type.startswith("int8"))
         tokenizer = WhisperTokenizer.from_model_dir(draft_dir)
     except SpecWhisperError as exc:
         raise type(exc)(f"draft model: {exc.what}", where=exc.where or str(draft), hint=exc.hint) from None
