@@ -22,8 +22,8 @@ def test_padding_is_log_mel_of_silence_not_zero(shared_data):
 
 
 def test_auto_rule():
-    assert choose_frames("full", 300) == 3000
-    assert choose_frames("auto", 300) == 600
+    assert choose_frames("full", 100) == 3000
+    assert choose_frames("auto", 600 - AUTO_MARGIN_FRAMES) == 600
     assert choose_frames("auto", 600 - AUTO_MARGIN_FRAMES + 1) == 1000
     assert choose_frames("auto", SHORT_SIZES[-1]) == 3000  # too long for a short window: full, as today
     assert choose_frames("auto", 9000) == 3000  # multi-window audio is never shortened
