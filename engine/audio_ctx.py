@@ -7,6 +7,13 @@ padding. The encoder also accepts fewer frames, which is much faster, but Whispe
 Rule for ``auto``: audio that fits one window and whose content plus ``AUTO_MARGIN_FRAMES``
 fits the largest short size gets the smallest fixed size that holds it; anything longer decodes
 in full 30 s windows. Sizes are fixed so that the self-test (per encoder length) stays cached.
+
+Why a 4 s margin (``python -m benchmarks.audio_ctx_bench``, benchmarks/RESULTS_audio_ctx.md):
+with too little trailing silence the decoder does not stop: it repeats the utterance up to the
+token cap. At 600 frames (6 s) 15 of 60 smarthome commands of 2.5-4 s looped; with a 400-frame
+margin commands of 2-6 s get 1000 frames, where 1 of 120 looped, for a 3.1-3.4x shorter
+end-to-end time than the full window. Margins of 100 and 200 sent most commands to 600 frames:
+more loops and no net speedup.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from .errors import SpecWhisperError
 from .features import N_FRAMES
 
 SHORT_SIZES = (600, 1000, 1500, 2000)  # mel frames (6, 10, 15, 20 s)
-AUTO_MARGIN_FRAMES = 200  # 2 s of trailing silence, chosen from the benchmark (see benchmarks/RESULTS.md)
+AUTO_MARGIN_FRAMES = 400  # 4 s of trailing silence at least, chosen from the benchmark (see the docstring)
 
 
 def parse_audio_ctx(value: str | int | None) -> str | int:
