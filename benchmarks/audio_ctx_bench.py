@@ -310,8 +310,9 @@ def plot(results: dict, path: Path) -> Path | None:
                    label=f"+{results['meta']['max_wer_delta']} pp")
         ax.axvline(results["meta"]["min_speedup"], color="gray", linestyle=":", linewidth=0.8,
                    label=f"{results['meta']['min_speedup']}x")
+    ax.set_yscale("symlog", linthresh=2.0)  # decoding loops add hundreds of points; keep small deltas readable
     ax.set_xlabel("end-to-end speedup vs full 30 s context")
-    ax.set_ylabel("WER change vs full (percentage points)")
+    ax.set_ylabel("WER change vs full (percentage points, symlog)")
     ax.set_title(f"--audio-ctx: WER change vs speedup ({results['meta']['config']['model']} "
                  f"{results['meta']['config']['compute_type']}, {results['meta']['config']['threads']} threads)")
     ax.legend(fontsize=7)
@@ -359,6 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-wer-delta", type=float, default=0.5, help="goal: WER points above full at most")
     ap.add_argument("--min-speedup", type=float, default=3.0, help="goal: e2e speedup on commands at least")
     ap.add_argument("--data", default=None, help="shared corpus root (default ../shared/data)")
+    ap.add_argument("--report", type=Path, default=None, metavar="DIR",
+                    help="only rebuild DIR/audio_ctx.md and .png from DIR/audio_ctx.json (no transcription)")
     return ap
 
 
@@ -446,6 +449,17 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.report is not None:
+        import json
+
+        source = args.report / "audio_ctx.json"
+        if not source.is_file():
+            print(f"error: no {source}", file=sys.stderr)
+            return 2
+        results = json.loads(source.read_text(encoding="utf-8"))
+        save(results, args.report, final=True)
+        print(f"[audio-ctx] rebuilt {args.report}/audio_ctx.md and .png", file=sys.stderr)
+        return 0
     try:
         results = run(args, argv if argv is not None else sys.argv[1:])
     except SpecWhisperError as exc:

@@ -89,6 +89,7 @@ class Result:
     row_ceiling: int | None = None
     speculation_available: bool = True
     audio_ctx: int = N_FRAMES
+    audio_ctx_fallback: str | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -113,7 +114,27 @@ class Result:
             "row_ceiling": self.row_ceiling,
             "speculation_available": self.speculation_available,
             "audio_ctx": self.audio_ctx,
+            "audio_ctx_fallback": self.audio_ctx_fallback,
         }
+
+
+LOOP_TOKENS_MIN = 60  # a short-context window emitting more than this, and ...
+LOOP_TOKENS_PER_S = 10.0  # ... more than this per second of audio (speech runs at 3-5), is looping
+
+
+def looks_like_a_loop(n_tokens: int, duration_s: float) -> bool:
+    """Whether a short-context transcript is the decoder repeating itself (see benchmarks/RESULTS_audio_ctx.md)."""
+    return n_tokens > max(LOOP_TOKENS_MIN, LOOP_TOKENS_PER_S * duration_s)
+
+
+def _options_dict(opts: TranscribeOptions) -> dict:
+    from dataclasses import asdict
+
+    d = asdict(opts)
+    d["progress"] = opts.progress
+    for key in ("language", "task"):
+        d.pop(key)
+    return d
 
 
 @dataclass
@@ -229,7 +250,15 @@ class WhisperEngine:
         if opts.progress:
             opts.progress(len(starts), len(starts))
         run.timings["total_s"] = time.perf_counter() - t_start
-        return self._result(run, waveform)
+        result = self._result(run, waveform)
+        if ctx_frames < N_FRAMES and looks_like_a_loop(len(result.tokens), result.duration_s):
+            # A short window sometimes repeats the utterance up to the token cap: decode it again in full.
+            retry = self.transcribe(waveform, language=opts.language, task=opts.task,
+                                    **{**_options_dict(opts), "audio_ctx": "full"})
+            retry.timings["total_s"] += result.timings["total_s"] - result.timings["audio_s"]
+            retry.audio_ctx_fallback = f"{ctx_frames} frames looped ({len(result.tokens)} tokens): decoded in full"
+            return retry
+        return result
 
     def _transcribe_window(self, run: _Run, waveform: np.ndarray, mel: np.ndarray, index: int, start: int,
                            n_content: int) -> WindowResult:

@@ -49,3 +49,12 @@ def test_short_context_is_faster_recorded_and_exact_under_speculation(base_engin
                                    speculation=False)
     spec = base_engine.transcribe(path, language="en", audio_ctx=1000, numerics="batch-invariant", draft_len=6)
     assert spec.tokens == plain.tokens and spec.numerics == "batch-invariant"
+
+
+def test_loop_guard_rule():
+    from specwhisper.transcriber import looks_like_a_loop
+
+    assert not looks_like_a_loop(20, 3.0)  # a command
+    assert not looks_like_a_loop(55, 2.0)
+    assert looks_like_a_loop(224, 3.0)  # the decoder repeating itself to the cap
+    assert not looks_like_a_loop(150, 19.0)  # long, dense speech is not a loop
