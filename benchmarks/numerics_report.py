@@ -44,7 +44,7 @@ def _decode(engine: WhisperEngine, encoder_output, prompt: list[int], numerics: 
 
 def _margin(engine: WhisperEngine, encoder_output, prompt: list[int], tokens: list[int], position: int) -> float:
     """Single-row top-1 minus top-2 logit where the two numerics first part."""
-    model = engine.lm.model
+    model = engine.lm.decoder
     state, logits = model.prefill(encoder_output, prompt)
     for t in tokens[:position]:
         logits = model.forward_step(state, t)

@@ -67,11 +67,14 @@ class LoadedModel:
     """A CT2 Whisper model plus what the decoding loop needs to know about it."""
 
     def __init__(self, model_dir: Path, device: str = "cpu", compute_type: str = "int8", threads: int = 2,
-                 device_index: int = 0) -> None:
+                 device_index: int = 0, decoder_threads: int | None = None) -> None:
+        """``decoder_threads``: threads of the decoder's calls; None chooses by measurement (see
+        ``_choose_decoder_threads``). The encoder always uses ``threads``."""
         ct2 = _import_ct2()
         check_model_dir(model_dir)
         self.model_dir = model_dir
         self.device = device
+        self.device_index = device_index
         self.threads = threads
         self.tokenizer = WhisperTokenizer.from_model_dir(model_dir)
         config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
@@ -81,19 +84,61 @@ class LoadedModel:
             raise ModelError("--device cuda asked for, but CTranslate2 sees no CUDA device", where="--device",
                              hint="use --device cpu, or install a CUDA build of CTranslate2 and the NVIDIA driver")
         t0 = time.perf_counter()
-        try:
-            self.model = ct2.models.Whisper(str(model_dir), device=device, device_index=device_index,
-                                            compute_type=compute_type, intra_threads=threads, inter_threads=1)
-        except (RuntimeError, ValueError) as exc:
-            raise ModelError(f"CTranslate2 cannot load the model: {exc}", where=str(model_dir),
-                             hint="the model may be corrupt, of another kind, or need another compute type") from None
-        self.load_seconds = time.perf_counter() - t0
+        self._requested_compute_type = compute_type
+        self.model = self._load(threads)
         self.compute_type = self.model.compute_type
         self.n_mels = int(getattr(self.model, "n_mels", 80))
         self.has_step_api = step_api_available()
         self.vocab_size = self.tokenizer.vocab_size
         self._lock = threading.Lock()  # one window at a time per model: CT2 decoder states are not shared
         self._selftests: dict[int, SelfTestResult] = {}
+        # The encoder's large GEMMs scale with threads; the decoder's small calls may not (on this
+        # project's 2-core Xeon a 3-row int8 call takes 20 ms on 2 threads and 11.5 ms on 1, a
+        # 1-row step 11 vs 9.5 ms, logits bitwise equal). So the decoder may get its own instance.
+        self.decoder = self.model
+        self.decoder_threads = threads
+        if self.has_step_api:
+            self.decoder_threads = self._choose_decoder_threads(decoder_threads)
+            if self.decoder_threads != threads:
+                self.decoder = self._load(self.decoder_threads)
+        self.load_seconds = time.perf_counter() - t0
+
+    def _load(self, threads: int):
+        ct2 = _import_ct2()
+        try:
+            return ct2.models.Whisper(str(self.model_dir), device=self.device, device_index=self.device_index,
+                                      compute_type=self._requested_compute_type, intra_threads=threads,
+                                      inter_threads=1)
+        except (RuntimeError, ValueError) as exc:
+            raise ModelError(f"CTranslate2 cannot load the model: {exc}", where=str(self.model_dir),
+                             hint="the model may be corrupt, of another kind, or need another compute type") from None
+
+    def _choose_decoder_threads(self, requested: int | None) -> int:
+        """Threads for the decoder: as asked, or the faster of 1 and ``threads`` measured once per
+        machine, build, model and compute type (cached beside the self-test)."""
+        if requested is not None:
+            if requested < 1:
+                raise ModelError(f"decoder threads must be >= 1, got {requested}", where="--decoder-threads",
+                                 hint="use a positive number, or leave it out to let the engine measure")
+            return requested
+        if self.device != "cpu" or self.threads <= 1:
+            return self.threads
+        key = f"dthreads-v1|{self._selftest_key(threads=False)}|{self.threads}"
+        cache = _selftest_cache_path()
+        if cache is not None:
+            cached = _read_cache(cache).get(key)
+            if isinstance(cached, int) and cached >= 1:
+                return cached
+        single = self._load(1)
+        cost_single = _decoder_call_ms(single, self, rows=(1, 3))
+        cost_many = _decoder_call_ms(self.model, self, rows=(1, 3))
+        del single
+        chosen = 1 if cost_single < 0.95 * cost_many else self.threads
+        if cache is not None:
+            data = _read_cache(cache)
+            data[key] = chosen
+            _write_cache(cache, data)
+        return chosen
 
     # --- encoder and language --------------------------------------------------------------
     def encode(self, mel_window: np.ndarray):
@@ -160,9 +205,10 @@ class LoadedModel:
 
     def _measure_call_costs(self, sizes: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 17), trials: int = 5) -> dict[int, float]:
         encoder_output, prompt = self._random_window(1500)
-        state, _ = self.model.prefill(encoder_output, prompt)
+        model = self.decoder
+        state, _ = model.prefill(encoder_output, prompt)
         for _ in range(8):  # warm up and move past the prompt
-            self.model.forward_step_greedy(state, prompt[-1], self.suppress)
+            model.forward_step_greedy(state, prompt[-1], self.suppress)
         base = state.current_step
         tokens = self.tokenizer.encode(_SELFTEST_TEXT)[:max(sizes)]
 
@@ -172,9 +218,9 @@ class LoadedModel:
                 state.truncate_to_step(base)
                 t0 = time.perf_counter()
                 if n == 1:
-                    self.model.forward_step_greedy(state, tokens[0], self.suppress)
+                    model.forward_step_greedy(state, tokens[0], self.suppress)
                 else:
-                    self.model.forward_batch_greedy(state, tokens[:n], self.suppress)
+                    model.forward_batch_greedy(state, tokens[:n], self.suppress)
                 times.append(time.perf_counter() - t0)
             return min(times)
 
@@ -197,7 +243,7 @@ class LoadedModel:
             encoder_output = encoder_output.to_device(ct2.Device.cuda)
         return encoder_output, self.tokenizer.sot_sequence("en")
 
-    def _selftest_key(self) -> str:
+    def _selftest_key(self, threads: bool = True) -> str:
         import ctranslate2
 
         stat = (self.model_dir / "model.bin").stat()
@@ -207,7 +253,8 @@ class LoadedModel:
                 cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
         except OSError:
             pass
-        return "|".join(str(p) for p in (ctranslate2.__version__, cpu, self.device, self.compute_type, self.threads,
+        thread_part = f"{self.threads}/{self.decoder_threads}" if threads else "-"
+        return "|".join(str(p) for p in (ctranslate2.__version__, cpu, self.device, self.compute_type, thread_part,
                                          self.model_dir.resolve(), stat.st_size, int(stat.st_mtime)))
 
     def _run_selftest(self, key: str, encoder_frames: int) -> SelfTestResult:
@@ -219,14 +266,16 @@ class LoadedModel:
         encoder_output, prompt = self._random_window(encoder_frames)
         seq = (self.tokenizer.encode(_SELFTEST_TEXT) * 3)[:_SELFTEST_LEN]
 
+        model = self.decoder
+
         def run(chunks: list[int]) -> np.ndarray:
-            state, _ = self.model.prefill(encoder_output, prompt)
+            state, _ = model.prefill(encoder_output, prompt)
             rows, i = [], 0
             for c in chunks:
                 if c == 1:
-                    rows.append(np.asarray(self.model.forward_step(state, seq[i]), dtype=np.float32).reshape(1, -1))
+                    rows.append(np.asarray(model.forward_step(state, seq[i]), dtype=np.float32).reshape(1, -1))
                 else:
-                    rows.append(np.asarray(self.model.forward_batch(state, seq[i:i + c]), dtype=np.float32)[0])
+                    rows.append(np.asarray(model.forward_batch(state, seq[i:i + c]), dtype=np.float32)[0])
                 i += c
             return np.concatenate(rows)
 
@@ -236,6 +285,29 @@ class LoadedModel:
         diffs["1-row"] = float(np.abs(single[:4] - reference[:4]).max())
         return SelfTestResult(row_floor=floor, row_ceiling=ceiling, single_row_matches=diffs["1-row"] == 0.0,
                               max_abs_diff_by_rows=diffs, seconds=time.perf_counter() - t0, key=key)
+
+
+def _decoder_call_ms(model, lm: LoadedModel, rows: tuple[int, ...], trials: int = 5) -> float:
+    """Summed fastest time (ms) of decoder calls of the given row counts on a random window."""
+    encoder_output, prompt = lm._random_window(1500)
+    state, _ = model.prefill(encoder_output, prompt)
+    tokens = lm.tokenizer.encode(_SELFTEST_TEXT)
+    for token in tokens[:4]:  # warm up and move past the prompt
+        model.forward_step_greedy(state, token, lm.suppress)
+    base = state.current_step
+    total = 0.0
+    for n in rows:
+        best = float("inf")
+        for _ in range(trials):
+            state.truncate_to_step(base)
+            t0 = time.perf_counter()
+            if n == 1:
+                model.forward_step_greedy(state, tokens[0], lm.suppress)
+            else:
+                model.forward_batch_greedy(state, tokens[:n], lm.suppress)
+            best = min(best, time.perf_counter() - t0)
+        total += best
+    return total * 1e3
 
 
 def _even(n: int, size: int) -> list[int]:

@@ -79,6 +79,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compute-type", default="int8", choices=["int8", "int8_float32", "int8_float16", "float32",
                                                               "float16", "bfloat16", "default"])
     p.add_argument("--threads", type=int, default=min(4, os.cpu_count() or 2), help="CPU threads (intra-op)")
+    p.add_argument("--decoder-threads", type=int, default=None,
+                   help="threads of the decoder's calls (default: the faster of 1 and --threads, measured once)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
 
 
@@ -157,7 +159,7 @@ def _transcribe(args) -> int:
         raise SpecWhisperError("--learn-save needs --learn", where="--learn-save", hint="add --learn")
     engine = WhisperEngine(args.model, device=args.device, compute_type=args.compute_type, threads=args.threads,
                            tokenmap=args.tokenmap, learn=args.learn, prompt_lookup=args.prompt_lookup,
-                           draft_model=args.draft_model)
+                           draft_model=args.draft_model, decoder_threads=args.decoder_threads)
     out_dir = args.output_dir or ("." if args.output_format != "txt" else None)
     failures = 0
     for path in args.audio:

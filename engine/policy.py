@@ -1,8 +1,9 @@
 """Cost model and policy: how many tokens to draft, and which numerics a window should use.
 
 A verify call of n rows costs ``c(n)`` single-row steps (measured on this project's 2-core
-CPU, base int8: about 1.1 for 2 rows, 1.2 for 3-4, 1.36 for 8, 1.7 for 17; the engine measures
-its own curve once per model, compute type, device and thread count). With per-position acceptance a_i (the chance that draft
+CPU, base int8, decoder on 1 thread: about 1.0 for 2 rows, 1.15 for 3, 1.2 for 4, 1.5 for 8, 2.1
+for 17; on 2 threads the same calls cost 1.7-2.0: see ``LoadedModel._choose_decoder_threads``. The
+engine measures its own curve once per model, compute type, device and thread count). With per-position acceptance a_i (the chance that draft
 token i is right given the ones before it were), one call yields
 ``E(K) = 1 + sum_i prod_{j<=i} a_j`` tokens, so speculation pays when
 ``max_K E(K) / c(max(K + 1, floor)) > 1``. Data in, a number out: no decoder state here.
@@ -15,9 +16,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Measured on this project's 2-core CPU machines, base int8 (python -m benchmarks verify-cost);
+# Measured on this project's 2-core CPU machines, base int8, decoder on 1 thread (LoadedModel.call_costs);
 # used only until the engine has measured its own curve.
-DEFAULT_CPU_COST = {1: 1.0, 2: 1.09, 3: 1.20, 4: 1.22, 5: 1.27, 8: 1.36, 12: 1.47, 16: 1.58, 17: 1.69}
+DEFAULT_CPU_COST = {1: 1.0, 2: 1.0, 3: 1.15, 4: 1.21, 6: 1.4, 8: 1.5, 12: 1.78, 16: 2.0, 17: 2.08}
 DEFAULT_CUDA_COST = {1: 1.0, 2: 1.05, 4: 1.08, 8: 1.12, 16: 1.2, 17: 1.21}
 
 

@@ -85,6 +85,7 @@ class Result:
     device: str = "cpu"
     compute_type: str = ""
     threads: int = 0
+    decoder_threads: int = 0
     row_floor: int | None = None
     row_ceiling: int | None = None
     speculation_available: bool = True
@@ -110,6 +111,7 @@ class Result:
             "device": self.device,
             "compute_type": self.compute_type,
             "threads": self.threads,
+            "decoder_threads": self.decoder_threads,
             "row_floor": self.row_floor,
             "row_ceiling": self.row_ceiling,
             "speculation_available": self.speculation_available,
@@ -164,14 +166,16 @@ class WhisperEngine:
                  threads: int = 2, *, tokenmap: str | Path | None = None, learn: bool = False,
                  prompt_lookup: bool = True, draft_model: str | Path | None = None,
                  drafters: list[Drafter] | None = None,
-                 verify_cost: VerifyCost | None = None, selftest: bool = True) -> None:
+                 verify_cost: VerifyCost | None = None, selftest: bool = True,
+                 decoder_threads: int | None = None) -> None:
         if device not in ("cpu", "cuda"):
             raise SpecWhisperError(f"unknown device {device!r}", where="--device", hint="use cpu or cuda")
         if threads < 1:
             raise SpecWhisperError(f"threads must be >= 1, got {threads}", where="--threads")
         t0 = time.perf_counter()
         self.model_dir = resolve_model(model, prefer_int8=compute_type.startswith("int8"))
-        self.lm = LoadedModel(self.model_dir, device=device, compute_type=compute_type, threads=threads)
+        self.lm = LoadedModel(self.model_dir, device=device, compute_type=compute_type, threads=threads,
+                              decoder_threads=decoder_threads)
         self.tokenizer = self.lm.tokenizer
         # Cheap filler guesses learn from the outputs of one call (earlier windows of the same audio);
         # across calls only with learn=True, so that by default one file never speeds up another.
@@ -305,7 +309,8 @@ class WhisperEngine:
                       language=run.language or "en", language_probability=run.language_prob, numerics=numerics,
                       duration_s=waveform.size / SAMPLE_RATE, timings=run.timings, stats=run.stats.to_dict(),
                       windows=run.windows, model=str(self.model_dir), device=self.lm.device,
-                      compute_type=self.lm.compute_type, threads=self.lm.threads, row_floor=self.row_floor,
+                      compute_type=self.lm.compute_type, threads=self.lm.threads,
+                      decoder_threads=self.lm.decoder_threads, row_floor=self.row_floor,
                       row_ceiling=self.row_ceiling, speculation_available=self.row_floor is not None,
                       audio_ctx=run.ctx_frames)
 

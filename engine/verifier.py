@@ -28,7 +28,7 @@ class DecoderSession:
     def __init__(self, lm: LoadedModel, encoder_output, prompt: Sequence[int], numerics: Numerics,
                  row_floor: int = 2, row_ceiling: int = 17) -> None:
         self._lm = lm
-        self._model = lm.model
+        self._model = lm.decoder
         self._encoder_output = encoder_output
         self._prompt = list(prompt)
         self.numerics = numerics

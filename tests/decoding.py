@@ -54,7 +54,7 @@ def generate_tokens(engine, encoder_output, language: str = "en") -> list[int]:
 
 def top2_margin(engine, encoder_output, tokens: list[int], position: int, language: str = "en") -> float:
     """Top-1 minus top-2 logit at ``position`` under single-row numerics (for reporting near-ties)."""
-    model = engine.lm.model
+    model = engine.lm.decoder
     prompt = engine.tokenizer.sot_sequence(language)
     state, _ = model.prefill(encoder_output, prompt[:-1])
     logits = np.asarray(model.forward_step(state, prompt[-1])).reshape(-1)

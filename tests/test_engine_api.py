@@ -68,3 +68,40 @@ def test_without_step_api_transcribes_through_generate(base_model_dir, base_engi
     result = engine.transcribe(path, language="en")
     assert result.numerics == "native" and not result.speculation_available
     assert result.tokens == base_engine.transcribe(path, language="en", numerics="single-row").tokens
+
+
+def test_decoder_threads_change_speed_not_logits(base_engine, shared_data):
+    """The decoder may run on its own instance with fewer threads; its logits must be bitwise the
+    encoder instance's, for 1-row steps and batched calls alike, or the split would change text."""
+    import numpy as np
+
+    from specwhisper.audio import load_audio
+    from specwhisper.features import log_mel_spectrogram, window_features
+
+    lm = base_engine.lm
+    assert 1 <= lm.decoder_threads <= lm.threads
+    assert (lm.decoder is lm.model) == (lm.decoder_threads == lm.threads)
+    mel = window_features(log_mel_spectrogram(load_audio(shared_data / "real/audio/jfk.flac"), lm.n_mels), 0)
+    encoder_output = lm.encode(mel)
+    prompt = lm.tokenizer.sot_sequence("en")
+    tokens = lm.tokenizer.encode(" And so my fellow Americans")
+    outputs = []
+    for model in (lm.model, lm.decoder):
+        state, first = model.prefill(encoder_output, prompt)
+        step = model.forward_step(state, tokens[0])
+        batch = model.forward_batch(state, tokens[1:5])
+        outputs.append([np.asarray(first), np.asarray(step), np.asarray(batch)])
+    for a, b in zip(*outputs):
+        assert np.array_equal(a, b)
+    result = base_engine.transcribe(shared_data / "real/audio/jfk.flac")
+    assert result.to_dict()["decoder_threads"] == lm.decoder_threads
+
+
+def test_decoder_threads_pinned_uses_one_instance(base_model_dir):
+    from specwhisper.backend import LoadedModel
+    from specwhisper.errors import ModelError
+
+    lm = LoadedModel(base_model_dir, compute_type="int8", threads=2, decoder_threads=2)
+    assert lm.decoder is lm.model and lm.decoder_threads == 2
+    with pytest.raises(ModelError, match="decoder threads"):
+        LoadedModel(base_model_dir, compute_type="int8", threads=2, decoder_threads=0)

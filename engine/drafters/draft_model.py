@@ -162,7 +162,7 @@ class DraftModelDrafter:
                                           threads=threads)
         self.lm = self.draft.lm
         self.remap = self.draft.remap
-        self._model = self.lm.model
+        self._model = self.lm.decoder
         self._suppress = self.lm.suppress
         self._suppress_first = sorted(set(self.lm.suppress) | set(self.lm.suppress_begin))
         self._eot = self.lm.tokenizer.special.eot
@@ -345,12 +345,12 @@ def decoder_step_ms(lm: LoadedModel, steps: int = 8) -> float:
     encoder_output = ctranslate2.StorageView.from_array(enc)
     if lm.device == "cuda":
         encoder_output = encoder_output.to_device(ctranslate2.Device.cuda)
-    state, _ = lm.model.prefill(encoder_output, lm.tokenizer.sot_sequence("en"))
+    state, _ = lm.decoder.prefill(encoder_output, lm.tokenizer.sot_sequence("en"))
     token = lm.tokenizer.encode(" the")[0]
     times = []
     for _ in range(steps + 1):
         t0 = time.perf_counter()
-        lm.model.forward_step_greedy(state, token, lm.suppress)
+        lm.decoder.forward_step_greedy(state, token, lm.suppress)
         times.append(time.perf_counter() - t0)
     return 1000.0 * float(np.median(times[1:]))
 
