@@ -285,13 +285,14 @@ def part_heldout(bench: Bench, sets: list[str], limit: int | None, repeat: int, 
                  save: Callable[[], None], command: str, carry: dict | None = None) -> None:
     """``carry``: sets of an earlier held-out run in the same folder that this run keeps as they were."""
     systems = heldout_systems()
-    plan = {s: subset(load_set(s, bench.root), limit) for s in sets}
+    # "real@car": the real read-speech clips with the car map, a domain map that does not fit them
+    plan = {s: subset(load_set(s.split("@")[0], bench.root), limit) for s in sets}
     progress = Progress(sum(len(c) for c in plan.values()) * len(systems) * repeat)
     result.update({"systems": [s.name for s in systems], "sets": dict(carry or {})})
     bench.engine("greedy")
     bench.warm(bench.engines["greedy"])
     for set_name, clips in plan.items():
-        tmap = bench.tokenmap(set_name)
+        tmap = bench.tokenmap(set_name.split("@")[-1])
         for key in ("tm-bi", "tm-auto"):  # fresh engines per set: a map and what was learned with it
             bench.engines.pop(key, None)
             bench.warm(bench.engine(key, tokenmap=tmap), speculate=True)
@@ -641,7 +642,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--sweep", action="store_true", help="also run the sweep part")
     ap.add_argument("--limit", type=int, default=None, help="held-out clips per set (default all 60)")
     ap.add_argument("--heldout-sets", default=",".join(HELDOUT_SETS),
-                    help="held-out sets to run now; other sets already in --out/heldout.json are kept")
+                    help="held-out sets to run now (SET@MAPSET: clips of SET with the map of MAPSET, e.g. real@car); "
+                         "other sets already in --out/heldout.json are kept")
     ap.add_argument("--repeat", type=int, default=3, help="held-out repeats (medians)")
     ap.add_argument("--stream-len", type=int, default=300)
     ap.add_argument("--zipf-s", type=float, default=1.1)
@@ -673,9 +675,15 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
     if any(not 1 <= k <= 16 for k in args.sweep_k):
         raise SpecWhisperError("--sweep-k values must be within 1..16", where="--sweep-k")
     sets = [x.strip() for x in args.heldout_sets.split(",") if x.strip()]
-    if not sets or any(x not in HELDOUT_SETS for x in sets):
+
+    def known(spec: str) -> bool:  # "car", or "real@car": any shared set with a domain set's map
+        clips_set, _, map_set = spec.partition("@")
+        return (map_set or clips_set) in HELDOUT_SETS and bool(clips_set)
+
+    if not sets or not all(known(x) for x in sets):
         raise SpecWhisperError(f"unknown held-out sets {args.heldout_sets!r}", where="--heldout-sets",
-                               hint=f"use a comma-separated subset of {', '.join(HELDOUT_SETS)}")
+                               hint=f"use a comma-separated subset of {', '.join(HELDOUT_SETS)}, or "
+                                    "SET@MAPSET (e.g. real@car)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     bench = Bench(args.model, args.compute_type, args.threads, args.audio_ctx, shared_data_root(args.data), out)

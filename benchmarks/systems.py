@@ -157,9 +157,16 @@ class EnginePool:
 
 
 def ct2_model(engine):
-    """The fork's ``ctranslate2.models.Whisper`` under an engine."""
+    """The fork's ``ctranslate2.models.Whisper`` under an engine (the encoder's instance)."""
     lm = getattr(engine, "lm", None)
     return lm.model if lm is not None else engine.model
+
+
+def ct2_decoder(engine):
+    """The instance our engine decodes with (its faster thread count): the fork's own loops get it
+    too, so that they are compared with ours on equal threads."""
+    lm = getattr(engine, "lm", None)
+    return getattr(lm, "decoder", None) or ct2_model(engine)
 
 
 class EngineSystem:
@@ -241,7 +248,7 @@ class ForkGenerate:
             ta = time.perf_counter()
             encoded = _encode(model, window)
             tb = time.perf_counter()
-            result = model.generate(encoded, [prompt], beam_size=1, max_length=448)[0]
+            result = ct2_decoder(eng).generate(encoded, [prompt], beam_size=1, max_length=448)[0]
             dec_s += time.perf_counter() - tb
             enc_s += tb - ta
             tokens.extend(int(t) for t in result.sequences_ids[0])
@@ -310,10 +317,10 @@ class ForkSpeculative:
         for i, window in enumerate(_windows(mel)):
             ta = time.perf_counter()
             encoded = _encode(model, window)
-            draft = model if self.draft_model is None else self.draft_model
+            draft = ct2_decoder(eng) if self.draft_model is None else self.draft_model
             draft_encoded = encoded if self.draft_model is None else _encode(self.draft_model, window)
             tb = time.perf_counter()
-            out = model.generate_speculative(draft, encoded, draft_encoded, prompt=prompt, num_speculative_tokens=k,
+            out = ct2_decoder(eng).generate_speculative(draft, encoded, draft_encoded, prompt=prompt, num_speculative_tokens=k,
                                              max_length=MAX_NEW_TOKENS, eot_id=tok.special.eot,
                                              suppress_tokens=suppress, d2m=d2m, m2d=m2d,
                                              min_speculative_tokens=1, max_speculative_tokens=2 * k,

@@ -181,9 +181,19 @@ class AdaptiveDraftLength:
         return self._speedup
 
 
+SPECULATE_MARGIN = 1.10  # expected speedup a window needs before it is speculated (see choose_numerics)
+
+
 def choose_numerics(requested: str, speculation: bool, row_floor: int | None, has_drafters: bool,
-                    expected_speedup: float, margin: float = 1.03) -> tuple[str, str]:
-    """Numerics for the next window and why: pinned by the user, or batch-invariant where drafting pays."""
+                    expected_speedup: float, margin: float = SPECULATE_MARGIN) -> tuple[str, str]:
+    """Numerics for the next window and why: pinned by the user, or batch-invariant where drafting pays.
+
+    ``margin``: the cost model prices calls as a calibration run measures them, and the loop pays
+    more (drafter and bookkeeping per round, colder caches after the encoder: on base int8 here a
+    3-row call cost 1.22-1.32 in-loop steps against 1.16 calibrated), so a window is speculated
+    only where the model expects at least a 10 % gain; below that a map that does not fit the
+    speech (real read speech with a car-command map) would cost up to 6 %.
+    """
     if requested == "single-row":
         return "single-row", "pinned by the user"
     if requested == "batch-invariant":
@@ -215,11 +225,13 @@ def draft_model_expected_speedup(accept_by_pos: list[float], k: int, main_step_m
 
     Break-even rule: drafting pays only if ``E(k) > k * r + c(k + 1)``. As ``E(k) <= k + 1``,
     a draft model can never pay unless ``r < (k + 1 - c(k + 1)) / k`` even at 100 % acceptance:
-    on CPU (c ~ 1.8) that is r < 0.8 at k = 4 and r < 0.6 at k = 2; at 80 % acceptance
-    per position r must be below ~0.39 (k = 4). ``overhead_ms_per_token`` spreads fixed costs
-    (the draft model's own encoder and prefill per window) over the window's tokens.
-    Whisper tiny.en drafting for base on CPU has r ~ 0.5-0.7 plus an encoder of ~30 % of
-    base's: below break-even, so the policy must refuse it there.
+    on CPU with the decoder on 1 thread (c(3) ~ 1.15, c(5) ~ 1.3) that is r < 0.93 at k = 4 and
+    r < 0.93 at k = 2; at 80 % acceptance per position r must be below ~0.52 (k = 4) or ~0.45
+    (k = 2); with 2-thread calls (c ~ 1.8) below ~0.39. ``overhead_ms_per_token`` spreads fixed
+    costs (the draft model's own encoder and prefill per window) over the window's tokens.
+    Whisper tiny.en drafting for base on CPU has r ~ 0.5-0.7 (the 51k-row output projection,
+    shared by both sizes, dominates a step) plus an encoder of ~30 % of base's: at or below
+    break-even, so the policy must refuse it there.
     """
     if k <= 0 or main_step_ms <= 0:
         return 1.0

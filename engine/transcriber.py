@@ -24,7 +24,7 @@ from .drafters.chain import DrafterChain
 from .errors import SpecWhisperError
 from .features import N_FRAMES, content_frames, log_mel_spectrogram, short_window_features, window_features
 from .model_store import resolve_model
-from .policy import AdaptiveDraftLength, FixedDraftLength, VerifyCost, choose_numerics
+from .policy import SPECULATE_MARGIN, AdaptiveDraftLength, FixedDraftLength, VerifyCost, choose_numerics
 from .stats import DecodeStats
 
 NUMERICS_CHOICES = ("auto", "batch-invariant", "single-row")
@@ -337,7 +337,7 @@ class WhisperEngine:
                                                  self._main_step_ms * 40)
                 note = f"; {why}"
                 if ok:
-                    expected = max(expected, 1.03)
+                    expected = max(expected, SPECULATE_MARGIN)
                     window_policy = policy if opts.draft_len is not None else FixedDraftLength(k)
                     draft.enabled = True
         numerics, reason = choose_numerics(opts.numerics, opts.speculation, self.row_floor, bool(chain), expected)

@@ -49,6 +49,9 @@ def test_numerics_choice_rules():
     assert choose_numerics("batch-invariant", True, None, True, 9.0)[0] == "single-row"  # self-test failed
     assert choose_numerics("auto", False, 3, True, 9.0)[0] == "single-row"
     assert choose_numerics("auto", True, 3, False, 9.0)[0] == "single-row"
+    # the loop pays more than the calibrated curve: a window is speculated only for a clear gain
+    assert choose_numerics("auto", True, 3, True, 1.05)[0] == "single-row"
+    assert choose_numerics("auto", True, 3, True, 1.2)[0] == "batch-invariant"
 
 
 def test_verify_cost_interpolates():

@@ -24,7 +24,7 @@ import numpy as np
 from ..backend import MAX_POSITIONS, LoadedModel, step_api_available
 from ..errors import ModelError, SpecWhisperError, TokenMapError
 from ..features import content_frames, log_mel_spectrogram, window_features
-from ..policy import VerifyCost, draft_model_best_k
+from ..policy import SPECULATE_MARGIN, VerifyCost, draft_model_best_k
 from ..tokenizer import WhisperTokenizer
 from .base import WindowContext
 from .vocab_remap import VocabRemap
@@ -302,7 +302,7 @@ class DraftModelDrafter:
 
     def worth_running(self, main_step_ms: float, verify_cost: VerifyCost, row_floor: int = 2,
                       tokens_per_window: float = 40.0, draft_encoder_ms: float | None = None,
-                      margin: float = 1.03) -> tuple[bool, int, str]:
+                      margin: float = SPECULATE_MARGIN) -> tuple[bool, int, str]:
         """Whether drafting with this model is expected to beat greedy, the best K, and why.
 
         Uses measured acceptance by position (``ACCEPT_PRIOR`` before any), the draft's measured
