@@ -23,12 +23,21 @@ class DraftLengthPolicy(Protocol):
 
 
 def decode_window(session: DecoderSession, drafter: Drafter, policy: DraftLengthPolicy, max_new_tokens: int,
-                  eot: int, stats: DecodeStats, filler: Callable[[Sequence[int]], int]) -> list[int]:
-    """Decode one window; returns the emitted tokens (EOT included when reached)."""
+                  eot: int, stats: DecodeStats, filler: Callable[[Sequence[int]], int],
+                  gate: Callable[[Sequence[int]], bool] | None = None) -> list[int]:
+    """Decode one window; returns the emitted tokens (EOT included when reached).
+
+    ``gate`` (optional) sees the first token, which the prefill gives in both numerics, and may
+    turn a batch-invariant window single-row before its first decoder step; ``session.numerics``
+    then says what was used. No decoder call has run in either numerics yet, so the window's
+    tokens are exactly greedy's in the numerics it ends up with.
+    """
     t0 = time.perf_counter()
     out = [session.start()]
     t1 = time.perf_counter()
     stats.prefill_s += t1 - t0
+    if session.numerics == "batch-invariant" and gate is not None and not gate(out):
+        session.numerics = "single-row"
     if session.numerics == "single-row":
         step = session.step
         while out[-1] != eot and len(out) < max_new_tokens:

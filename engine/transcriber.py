@@ -29,6 +29,7 @@ from .stats import DecodeStats
 
 NUMERICS_CHOICES = ("auto", "batch-invariant", "single-row")
 SILENCE_PEAK = 1e-4  # windows quieter than -80 dBFS are silence: nothing to decode
+FIRST_DRAFT_MIN = 0.5  # expected accepted drafts after the first token for a policy-chosen window to speculate
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,8 @@ class WhisperEngine:
         self.row_floor = self.selftest_result.row_floor if self.selftest_result else None
         self.row_ceiling = (self.selftest_result.row_ceiling or 17) if self.selftest_result else 17
         if verify_cost is None and self.row_floor is not None:
-            verify_cost = VerifyCost(self.lm.call_costs())
+            measured = self.lm.call_costs()
+            verify_cost = VerifyCost(measured) if measured else None
         self.verify_cost = verify_cost or VerifyCost.default(device)
         self.drafters: list[Drafter] = list(drafters or [])
         self.tokenmap_drafter = None
@@ -291,8 +293,10 @@ class WhisperEngine:
             context = WindowContext(prompt=tuple(prompt), eot=eot, max_new_tokens=max_new,
                                     previous_tokens=tuple(run.previous), initial_prompt_tokens=tuple(run.initial),
                                     audio=samples, window_index=index)
-            tokens = self._decode(encoder_output, prompt, numerics, run.chain, window_policy, context, max_new,
-                                  wstats, rows, run.guesser)
+            tokens, used = self._decode(encoder_output, prompt, numerics, run.chain, window_policy, context, max_new,
+                                        wstats, rows, run.guesser, gated=run.opts.numerics == "auto")
+            if used != numerics:
+                numerics, reason = used, f"{reason}, but no draft after the first token"
         run.stats.merge(wstats)
         run.timings["prefill_s"] += wstats.prefill_s
         run.timings["decoder_s"] += wstats.prefill_s + wstats.steps_s
@@ -354,7 +358,10 @@ class WhisperEngine:
 
     def _decode(self, encoder_output, prompt: list[int], numerics: str, chain: DrafterChain,
                 policy: AdaptiveDraftLength | FixedDraftLength, context: WindowContext, max_new: int,
-                wstats: DecodeStats, rows: tuple[int | None, int], guesser: BigramGuesser) -> list[int]:
+                wstats: DecodeStats, rows: tuple[int | None, int], guesser: BigramGuesser,
+                gated: bool = False) -> tuple[list[int], str]:
+        """The window's tokens and the numerics they were decoded in (``gated``: the policy chose
+        the numerics, so the first-token gate may still turn the window single-row)."""
         eot = self.tokenizer.special.eot
         if numerics == "native":
             t0 = time.perf_counter()
@@ -362,7 +369,7 @@ class WhisperEngine:
             wstats.steps_s += time.perf_counter() - t0
             tokens = list(result.sequences_ids[0])
             wstats.tokens += len(tokens)
-            return tokens
+            return tokens, numerics
         from .verifier import DecoderSession
 
         session = DecoderSession(self.lm, encoder_output, prompt, numerics, row_floor=rows[0] or 2,
@@ -371,7 +378,11 @@ class WhisperEngine:
         speculating = numerics == "batch-invariant" and bool(chain)
         # Filler rows carry a cheap guess while speculating; the no-speculation oracle uses a constant.
         filler = self._filler(guesser) if speculating else (lambda _tokens: eot)
-        tokens = decode_window(session, chain if speculating else NullDrafter(), policy, max_new, eot, wstats, filler)
+        gate = self._first_token_gate(chain, policy) if speculating and gated else None
+        tokens = decode_window(session, chain if speculating else NullDrafter(), policy, max_new, eot, wstats, filler,
+                               gate)
+        if session.numerics != numerics:
+            speculating = False
         text_tokens = [t for t in tokens if t != eot]
         if not speculating and chain:  # costly drafters (draft models) stay out of the shadow
             shadow = DrafterChain([d for d in chain.drafters if not getattr(d, "costly", False)])
@@ -379,7 +390,33 @@ class WhisperEngine:
                 shadow_replay(shadow, tokens, policy.draft_len(), wstats, policy)
         chain.end(text_tokens)
         guesser.learn(text_tokens)
-        return tokens
+        return tokens, session.numerics
+
+    @staticmethod
+    def _first_token_gate(chain: DrafterChain, policy) -> Callable[[list[int]], bool] | None:
+        """Speculate a window only if the drafters expect to be right after its first token.
+
+        A map that does not fit the speech (read speech with a car-command map) has little to
+        say there (at best a guess of EOT at 16 %), and a window speculated without good drafts
+        pays the batch-invariant premium for nothing. Where the drafter rates its tokens
+        (``last_confidence``) the expected number accepted must reach ``FIRST_DRAFT_MIN``;
+        drafters with a cost or state per proposal (draft models) are not asked.
+        """
+        if any(getattr(d, "costly", False) for d in chain.drafters):
+            return None
+
+        def gate(tokens: list[int]) -> bool:
+            proposal = chain.propose(tokens, max(1, policy.draft_len()))
+            confidence = chain.last_confidence
+            if not proposal or not confidence:
+                return bool(proposal)
+            expected, p = 0.0, 1.0
+            for c in confidence:
+                p *= c
+                expected += p
+            return expected >= FIRST_DRAFT_MIN
+
+        return gate
 
     def _filler(self, bigram: BigramGuesser) -> Callable[[list[int]], int]:
         """The token map's most frequent next token where it knows the context, else the bigram guess."""

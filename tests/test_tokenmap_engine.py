@@ -38,6 +38,23 @@ def test_token_map_is_exact_and_drafts_on_held_out_commands(car_engine, base_eng
     assert calls < 0.7 * oracle_calls
 
 
+def test_first_token_gate_keeps_a_map_that_does_not_fit_single_row(base_model_dir, car_map, base_engine,
+                                                                    shared_data):
+    """numerics=auto: a window the policy would speculate is decoded single-row when the drafters
+    have nothing to say after its first token; what it emits is single-row greedy's."""
+    command = WhisperEngine(base_model_dir, threads=2, tokenmap=car_map, prompt_lookup=False).transcribe(
+        clips(shared_data, "car")[0]["path"], language="en")
+    assert command.windows[0].numerics == "batch-invariant" and command.stats["verify_calls"] > 0
+    engine = WhisperEngine(base_model_dir, threads=2, tokenmap=car_map, prompt_lookup=False)
+    speech = engine.transcribe(shared_data / "real/audio/jfk.flac", language="en")
+    window = speech.windows[0]
+    assert window.numerics == "single-row" and "no draft after the first token" in window.numerics_reason
+    oracle = base_engine.transcribe(shared_data / "real/audio/jfk.flac", language="en", numerics="single-row")
+    assert speech.tokens == oracle.tokens
+    pinned = engine.transcribe(shared_data / "real/audio/jfk.flac", language="en", numerics="batch-invariant")
+    assert pinned.windows[0].numerics == "batch-invariant"  # a pinned numerics is never gated
+
+
 def test_learning_recalls_a_repeated_command(base_model_dir, shared_data):
     engine = WhisperEngine(base_model_dir, threads=2, learn=True, prompt_lookup=False)
     path = clips(shared_data, "car")[3]["path"]

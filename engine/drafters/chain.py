@@ -20,6 +20,11 @@ class DrafterChain:
     def last_source(self) -> str:
         return self._last.name if self._last is not None else "none"
 
+    @property
+    def last_confidence(self) -> list[float] | None:
+        """Per-token confidence of the last proposal, where its drafter gives one."""
+        return getattr(self._last, "last_confidence", None) if self._last is not None else None
+
     def begin(self, window: WindowContext) -> None:
         for d in self.drafters:
             d.begin(window)
