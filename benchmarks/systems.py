@@ -299,7 +299,7 @@ class ForkSpeculative:
         from specwhisper.features import log_mel_spectrogram
 
         eng = self.engine
-        model = ct2_model(eng)
+        model, decoder = ct2_model(eng), ct2_decoder(eng)
         tok = eng.tokenizer
         lm = getattr(eng, "lm", None)
         suppress = list(getattr(lm, "suppress", []) or [])
@@ -317,14 +317,14 @@ class ForkSpeculative:
         for i, window in enumerate(_windows(mel)):
             ta = time.perf_counter()
             encoded = _encode(model, window)
-            draft = ct2_decoder(eng) if self.draft_model is None else self.draft_model
+            draft = decoder if self.draft_model is None else self.draft_model
             draft_encoded = encoded if self.draft_model is None else _encode(self.draft_model, window)
             tb = time.perf_counter()
-            out = ct2_decoder(eng).generate_speculative(draft, encoded, draft_encoded, prompt=prompt, num_speculative_tokens=k,
-                                             max_length=MAX_NEW_TOKENS, eot_id=tok.special.eot,
-                                             suppress_tokens=suppress, d2m=d2m, m2d=m2d,
-                                             min_speculative_tokens=1, max_speculative_tokens=2 * k,
-                                             reset_adaptive_state=i == 0)
+            out = decoder.generate_speculative(draft, encoded, draft_encoded, prompt=prompt, num_speculative_tokens=k,
+                                               max_length=MAX_NEW_TOKENS, eot_id=tok.special.eot,
+                                               suppress_tokens=suppress, d2m=d2m, m2d=m2d,
+                                               min_speculative_tokens=1, max_speculative_tokens=2 * k,
+                                               reset_adaptive_state=i == 0)
             dec_s += time.perf_counter() - tb
             enc_s += tb - ta
             tokens.extend(int(t) for t in out)

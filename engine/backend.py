@@ -98,9 +98,9 @@ class LoadedModel:
         self.decoder = self.model
         self.decoder_threads = threads
         if self.has_step_api:
-            self.decoder_threads = self._choose_decoder_threads(decoder_threads)
+            self.decoder_threads, measured = self._choose_decoder_threads(decoder_threads)
             if self.decoder_threads != threads:
-                self.decoder = self._load(self.decoder_threads)
+                self.decoder = measured or self._load(self.decoder_threads)
         self.load_seconds = time.perf_counter() - t0
 
     def _load(self, threads: int):
@@ -113,32 +113,27 @@ class LoadedModel:
             raise ModelError(f"CTranslate2 cannot load the model: {exc}", where=str(self.model_dir),
                              hint="the model may be corrupt, of another kind, or need another compute type") from None
 
-    def _choose_decoder_threads(self, requested: int | None) -> int:
+    def _choose_decoder_threads(self, requested: int | None) -> tuple[int, object | None]:
         """Threads for the decoder: as asked, or the faster of 1 and ``threads`` measured once per
-        machine, build, model and compute type (cached beside the self-test)."""
+        machine, build, model and compute type (cached beside the self-test). Also returns the
+        1-thread instance when this call loaded it to measure and chose it, so it is not loaded twice."""
         if requested is not None:
             if requested < 1:
                 raise ModelError(f"decoder threads must be >= 1, got {requested}", where="--decoder-threads",
                                  hint="use a positive number, or leave it out to let the engine measure")
-            return requested
+            return requested, None
         if self.device != "cpu" or self.threads <= 1:
-            return self.threads
+            return self.threads, None
         key = f"dthreads-v1|{self._selftest_key(threads=False)}|{self.threads}"
-        cache = _selftest_cache_path()
-        if cache is not None:
-            cached = _read_cache(cache).get(key)
-            if isinstance(cached, int) and cached >= 1:
-                return cached
+        cached = _cache_get(key)
+        if isinstance(cached, int) and cached >= 1:
+            return cached, None
         single = self._load(1)
-        cost_single = _decoder_call_ms(single, self, rows=(1, 3))
-        cost_many = _decoder_call_ms(self.model, self, rows=(1, 3))
-        del single
+        cost_single = sum(_call_seconds(single, self, sizes=(3,)).values())
+        cost_many = sum(_call_seconds(self.model, self, sizes=(3,)).values())
         chosen = 1 if cost_single < 0.95 * cost_many else self.threads
-        if cache is not None:
-            data = _read_cache(cache)
-            data[key] = chosen
-            _write_cache(cache, data)
-        return chosen
+        _cache_put(key, chosen)
+        return chosen, single if chosen == 1 else None
 
     # --- encoder and language --------------------------------------------------------------
     def encode(self, mel_window: np.ndarray):
@@ -167,19 +162,14 @@ class LoadedModel:
         if use_cache and encoder_frames in self._selftests:
             return self._selftests[encoder_frames]
         key = f"v2|{self._selftest_key()}|{encoder_frames}"
-        cache = _selftest_cache_path()
-        if use_cache and cache is not None:
-            cached = _read_cache(cache).get(key)
+        if use_cache:
             try:
-                self._selftests[encoder_frames] = SelfTestResult(**cached)
+                self._selftests[encoder_frames] = SelfTestResult(**_cache_get(key))
                 return self._selftests[encoder_frames]
             except TypeError:  # absent, or written by another version: measure again
                 pass
         result = self._run_selftest(key, encoder_frames)
-        if cache is not None:
-            data = _read_cache(cache)
-            data[key] = asdict(result)
-            _write_cache(cache, data)
+        _cache_put(key, asdict(result))
         self._selftests[encoder_frames] = result
         return result
 
@@ -195,49 +185,19 @@ class LoadedModel:
         it is neither used nor cached (None: the caller falls back to its default curve).
         """
         key = f"cost-v3|{self._selftest_key()}"
-        cache = _selftest_cache_path()
-        if use_cache and cache is not None:
-            cached = _read_cache(cache).get(key)
-            if isinstance(cached, dict) and cached:
-                return {int(k): float(v) for k, v in cached.items()}
+        cached = _cache_get(key) if use_cache else None
+        if isinstance(cached, dict) and cached:
+            return {int(k): float(v) for k, v in cached.items()}
         table = self._measure_call_costs()
         if table[max(table)] < 1.05:
             warnings.warn("decoder call costs could not be measured (the machine was busy): using the default "
                           "cost curve for this run", stacklevel=2)
             return None
-        if cache is not None:
-            data = _read_cache(cache)
-            data[key] = {str(k): v for k, v in table.items()}
-            _write_cache(cache, data)
+        _cache_put(key, {str(k): v for k, v in table.items()})
         return table
 
-    def _measure_call_costs(self, sizes: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 17), trials: int = 3,
-                            run_len: int = 12) -> dict[int, float]:
-        encoder_output, prompt = self._random_window(1500)
-        model = self.decoder
-        text = self.tokenizer.encode(_SELFTEST_TEXT)
-        text = (text * (1 + (run_len + max(sizes)) // len(text)))[:run_len + max(sizes)]
-        state, _ = model.prefill(encoder_output, prompt)
-        for token in text[:4]:  # warm up and move past the prompt
-            model.forward_step_greedy(state, token, self.suppress)
-        base = state.current_step
-
-        def run(n: int) -> float:
-            state.truncate_to_step(base)
-            t0 = time.perf_counter()
-            for i in range(run_len):
-                if n == 1:
-                    model.forward_step_greedy(state, text[i], self.suppress)
-                else:
-                    model.forward_batch_greedy(state, text[i:i + n], self.suppress)
-                    state.truncate_to_step(base + i + 1)
-            return time.perf_counter() - t0
-
-        best = dict.fromkeys((1, *sizes), float("inf"))
-        for _ in range(trials):
-            for n in best:
-                best[n] = min(best[n], run(n))
-        state.truncate_to_step(base)
+    def _measure_call_costs(self, sizes: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 17)) -> dict[int, float]:
+        best = _call_seconds(self.decoder, self, sizes)
         table, ceiling = {1: 1.0}, float("inf")
         for n in sorted(sizes, reverse=True):
             ceiling = min(ceiling, max(best[n] / best[1], 1.0))
@@ -298,27 +258,40 @@ class LoadedModel:
                               max_abs_diff_by_rows=diffs, seconds=time.perf_counter() - t0, key=key)
 
 
-def _decoder_call_ms(model, lm: LoadedModel, rows: tuple[int, ...], trials: int = 5) -> float:
-    """Summed fastest time (ms) of decoder calls of the given row counts on a random window."""
+def _call_seconds(model, lm: LoadedModel, sizes: tuple[int, ...], trials: int = 3,
+                  run_len: int = 12) -> dict[int, float]:
+    """Fastest time of a run of ``run_len`` decoder calls per row count (1 included), as the loop pays it.
+
+    Each call advances the state by one token and the rest is rolled back with
+    ``truncate_to_step`` (cache growth and truncation count), on a random encoder output of the
+    real shape. Sizes are timed in turn within each trial, so a burst of load from elsewhere hits
+    them alike; noise only adds time, so the fastest trial counts.
+    """
     encoder_output, prompt = lm._random_window(1500)
+    text = lm.tokenizer.encode(_SELFTEST_TEXT)
+    text = (text * (1 + (run_len + max(sizes)) // len(text)))[:run_len + max(sizes)]
     state, _ = model.prefill(encoder_output, prompt)
-    tokens = lm.tokenizer.encode(_SELFTEST_TEXT)
-    for token in tokens[:4]:  # warm up and move past the prompt
+    for token in text[:4]:  # warm up and move past the prompt
         model.forward_step_greedy(state, token, lm.suppress)
     base = state.current_step
-    total = 0.0
-    for n in rows:
-        best = float("inf")
-        for _ in range(trials):
-            state.truncate_to_step(base)
-            t0 = time.perf_counter()
+
+    def run(n: int) -> float:
+        state.truncate_to_step(base)
+        t0 = time.perf_counter()
+        for i in range(run_len):
             if n == 1:
-                model.forward_step_greedy(state, tokens[0], lm.suppress)
+                model.forward_step_greedy(state, text[i], lm.suppress)
             else:
-                model.forward_batch_greedy(state, tokens[:n], lm.suppress)
-            best = min(best, time.perf_counter() - t0)
-        total += best
-    return total * 1e3
+                model.forward_batch_greedy(state, text[i:i + n], lm.suppress)
+                state.truncate_to_step(base + i + 1)
+        return time.perf_counter() - t0
+
+    best = dict.fromkeys((1, *sizes), float("inf"))
+    for _ in range(trials):
+        for n in best:
+            best[n] = min(best[n], run(n))
+    state.truncate_to_step(base)
+    return best
 
 
 def _even(n: int, size: int) -> list[int]:
@@ -366,6 +339,20 @@ def _selftest_cache_path() -> Path | None:
     from .model_store import cache_dir
 
     return cache_dir() / "selftest.json"
+
+
+def _cache_get(key: str):
+    """A value of the self-test cache (None when absent or the cache is off)."""
+    cache = _selftest_cache_path()
+    return _read_cache(cache).get(key) if cache is not None else None
+
+
+def _cache_put(key: str, value) -> None:
+    cache = _selftest_cache_path()
+    if cache is not None:
+        data = _read_cache(cache)
+        data[key] = value
+        _write_cache(cache, data)
 
 
 def _read_cache(path: Path) -> dict:

@@ -24,7 +24,14 @@ from .drafters.chain import DrafterChain
 from .errors import SpecWhisperError
 from .features import N_FRAMES, content_frames, log_mel_spectrogram, short_window_features, window_features
 from .model_store import resolve_model
-from .policy import SPECULATE_MARGIN, AdaptiveDraftLength, FixedDraftLength, VerifyCost, choose_numerics
+from .policy import (
+    SPECULATE_MARGIN,
+    AdaptiveDraftLength,
+    FixedDraftLength,
+    VerifyCost,
+    choose_numerics,
+    expected_tokens,
+)
 from .stats import DecodeStats
 
 NUMERICS_CHOICES = ("auto", "batch-invariant", "single-row")
@@ -410,11 +417,7 @@ class WhisperEngine:
             confidence = chain.last_confidence
             if not proposal or not confidence:
                 return bool(proposal)
-            expected, p = 0.0, 1.0
-            for c in confidence:
-                p *= c
-                expected += p
-            return expected >= FIRST_DRAFT_MIN
+            return expected_tokens(confidence, len(confidence)) - 1.0 >= FIRST_DRAFT_MIN
 
         return gate
 
