@@ -25,6 +25,10 @@ class DrafterChain:
         """Per-token confidence of the last proposal, where its drafter gives one."""
         return getattr(self._last, "last_confidence", None) if self._last is not None else None
 
+    def knows_start(self, tokens: Sequence[int]) -> bool:
+        """True when a drafter has seen utterances begin like ``tokens`` (see TokenMapDrafter)."""
+        return any(getattr(d, "knows_start", None) is not None and d.knows_start(tokens) for d in self.drafters)
+
     def begin(self, window: WindowContext) -> None:
         for d in self.drafters:
             d.begin(window)

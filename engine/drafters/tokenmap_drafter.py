@@ -142,6 +142,22 @@ class TokenMapDrafter:
         self._reset_cache()
 
     # --- extras -------------------------------------------------------------------------------
+    def knows_start(self, tokens: Sequence[int]) -> bool:
+        """True when some utterance in the maps began with ``tokens[0]`` (after the prompt).
+
+        A map that fits the speech knows how its utterances start even where the next words are
+        open ("Please ..." begins 9 % of car commands, with dozens of continuations); a map that
+        does not fit (read speech with a car map) has never seen the start at all.
+        """
+        if not tokens:
+            return False
+        for m in self._maps:
+            if m.begin_node >= 0:
+                node = m.child(m.begin_node, tokens[0])
+                if node >= 0 and m.count(node) > 0:
+                    return True
+        return False
+
     def guess(self, tokens: Sequence[int]) -> int | None:
         """The single most likely next token (no confidence threshold), or None when no map knows anything."""
         if not self._maps:
