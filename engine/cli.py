@@ -52,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--audio-ctx", default="full",
                    help="encoder context: full (default, lossless), auto (short audio gets a short window: faster, "
                         "may change text), or mel frames 600|1000|1500|2000")
+    t.add_argument("--temperature", type=float, default=0.0,
+                   help="sample at this temperature instead of greedy (default 0: greedy); speculation keeps "
+                        "the tokens of the same --seed")
+    t.add_argument("--seed", type=int, default=0, help="sampling seed: same seed, same text (default 0)")
     t.add_argument("--stats", action="store_true", help="print decoding stats (Ar, Al, calls) to stderr")
 
     d = sub.add_parser("demo", help="transcribe the bundled sample with the default model")
@@ -131,7 +135,7 @@ def _dispatch(args) -> int:
                             ("draft_model", None),
                             ("prompt_lookup", True), ("learn", False), ("learn_save", None), ("stats", True),
                             ("condition_on_previous_text", False), ("initial_prompt", None),
-                            ("audio_ctx", "full")):
+                            ("audio_ctx", "full"), ("temperature", 0.0), ("seed", 0)):
             setattr(args, name, value)
         return _transcribe(args)
     if args.command == "models":
@@ -152,11 +156,14 @@ def _dispatch(args) -> int:
 
 
 def _transcribe(args) -> int:
-    from .transcriber import WhisperEngine
+    from .transcriber import TranscribeOptions, WhisperEngine
     from .writers import write_result
 
     if args.learn_save and not args.learn:
         raise SpecWhisperError("--learn-save needs --learn", where="--learn-save", hint="add --learn")
+    # per-call options are checked before the model loads: a typo costs no load time
+    TranscribeOptions(task=args.task, numerics=args.numerics, draft_len=args.draft_len, audio_ctx=args.audio_ctx,
+                      temperature=args.temperature, seed=args.seed)
     engine = WhisperEngine(args.model, device=args.device, compute_type=args.compute_type, threads=args.threads,
                            tokenmap=args.tokenmap, learn=args.learn, prompt_lookup=args.prompt_lookup,
                            draft_model=args.draft_model, decoder_threads=args.decoder_threads)
@@ -169,7 +176,8 @@ def _transcribe(args) -> int:
                                        numerics=args.numerics, speculation=not args.no_speculation,
                                        draft_len=args.draft_len, initial_prompt=args.initial_prompt,
                                        condition_on_previous_text=args.condition_on_previous_text,
-                                       audio_ctx=args.audio_ctx, progress=progress)
+                                       audio_ctx=args.audio_ctx, temperature=args.temperature, seed=args.seed,
+                                       progress=progress)
         except SpecWhisperError as exc:
             failures += 1
             print(f"error: {exc.message()}", file=sys.stderr)

@@ -24,6 +24,7 @@ from .drafters.chain import DrafterChain
 from .errors import SpecWhisperError
 from .features import N_FRAMES, content_frames, log_mel_spectrogram, short_window_features, window_features
 from .model_store import resolve_model
+from .pipeline import EncoderAhead
 from .policy import (
     SPECULATE_MARGIN,
     AdaptiveDraftLength,
@@ -32,11 +33,16 @@ from .policy import (
     choose_numerics,
     expected_tokens,
 )
+from .sampling import MAX_TEMPERATURE, PositionSampler
 from .stats import DecodeStats
 
 NUMERICS_CHOICES = ("auto", "batch-invariant", "single-row")
 SILENCE_PEAK = 1e-4  # windows quieter than -80 dBFS are silence: nothing to decode
 FIRST_DRAFT_MIN = 0.5  # expected accepted drafts after the first token for a policy-chosen window to speculate
+
+
+def _silent(samples: np.ndarray) -> bool:
+    return samples.size == 0 or float(np.abs(samples).max()) < SILENCE_PEAK
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,8 @@ class TranscribeOptions:
     condition_on_previous_text: bool = False
     initial_prompt: str | None = None
     audio_ctx: str | int = "full"
+    temperature: float = 0.0
+    seed: int = 0
     progress: Callable[[int, int], None] | None = None
 
     def __post_init__(self) -> None:
@@ -60,6 +68,17 @@ class TranscribeOptions:
             raise SpecWhisperError(f"unknown numerics {self.numerics!r}", where="--numerics",
                                    hint=f"use one of {', '.join(NUMERICS_CHOICES)}")
         object.__setattr__(self, "audio_ctx", parse_audio_ctx(self.audio_ctx))
+        try:
+            temperature = float(self.temperature)
+        except (TypeError, ValueError):
+            temperature = float("nan")
+        if not (0.0 <= temperature <= MAX_TEMPERATURE):  # NaN fails too
+            raise SpecWhisperError(f"temperature {self.temperature!r} out of range", where="--temperature",
+                                   hint=f"use 0 (greedy) up to {MAX_TEMPERATURE:g}")
+        object.__setattr__(self, "temperature", temperature)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise SpecWhisperError(f"seed {self.seed!r} is not a non-negative integer", where="--seed",
+                                   hint="use a whole number such as 0")
         if self.draft_len is not None and not (0 <= self.draft_len <= 16):
             raise SpecWhisperError(f"draft length {self.draft_len} out of range", where="--draft-len",
                                    hint="use 0..16 (0 disables drafting)")
@@ -99,6 +118,8 @@ class Result:
     speculation_available: bool = True
     audio_ctx: int = N_FRAMES
     audio_ctx_fallback: str | None = None
+    temperature: float = 0.0
+    seed: int = 0
 
     def to_dict(self) -> dict:
         return {
@@ -125,6 +146,8 @@ class Result:
             "speculation_available": self.speculation_available,
             "audio_ctx": self.audio_ctx,
             "audio_ctx_fallback": self.audio_ctx_fallback,
+            "temperature": self.temperature,
+            "seed": self.seed,
         }
 
 
@@ -164,7 +187,8 @@ class _Run:
     windows: list[WindowResult] = field(default_factory=list)
     stats: DecodeStats = field(default_factory=DecodeStats)
     timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
-        ("load_s", "audio_s", "features_s", "encoder_s", "language_s", "prefill_s", "decoder_s"), 0.0))
+        ("load_s", "audio_s", "features_s", "encoder_s", "encoder_hidden_s", "language_s", "prefill_s", "decoder_s"),
+        0.0))
 
 
 class WhisperEngine:
@@ -175,7 +199,7 @@ class WhisperEngine:
                  prompt_lookup: bool = True, draft_model: str | Path | None = None,
                  drafters: list[Drafter] | None = None,
                  verify_cost: VerifyCost | None = None, selftest: bool = True,
-                 decoder_threads: int | None = None) -> None:
+                 decoder_threads: int | None = None, pipeline: bool = True) -> None:
         if device not in ("cpu", "cuda"):
             raise SpecWhisperError(f"unknown device {device!r}", where="--device", hint="use cpu or cuda")
         if threads < 1:
@@ -231,6 +255,8 @@ class WhisperEngine:
         self.policy = AdaptiveDraftLength(self.verify_cost, row_floor=self.row_floor or 2,
                                           k_max=max(1, self.row_ceiling - 1),
                                           prior=0.7 if strong else 0.3, prior_coverage=0.8 if strong else 0.3)
+        # Encode window i + 1 while window i decodes, where they run on separate instances (see pipeline).
+        self.pipeline = pipeline and self.lm.decoder is not self.lm.model
         self.load_seconds = time.perf_counter() - t0
 
     # ------------------------------------------------------------------------------------------
@@ -256,10 +282,15 @@ class WhisperEngine:
         run.timings.update(load_s=self.load_seconds, audio_s=t_audio - t_start,
                            features_s=time.perf_counter() - t_audio)
         starts = list(range(0, max(n_content, 1), N_FRAMES))
-        for index, start in enumerate(starts):
-            if opts.progress:
-                opts.progress(index, len(starts))
-            run.windows.append(self._transcribe_window(run, waveform, mel, index, start, n_content))
+
+        def segment(index: int) -> np.ndarray | None:
+            return self._window_features(run, waveform, mel, starts[index], n_content)
+
+        with EncoderAhead(self.lm.encode, segment, len(starts), enabled=self.pipeline) as ahead:
+            for index, start in enumerate(starts):
+                if opts.progress:
+                    opts.progress(index, len(starts))
+                run.windows.append(self._transcribe_window(run, waveform, ahead, index, start, n_content))
         if opts.progress:
             opts.progress(len(starts), len(starts))
         run.timings["total_s"] = time.perf_counter() - t_start
@@ -273,21 +304,28 @@ class WhisperEngine:
             return retry
         return result
 
-    def _transcribe_window(self, run: _Run, waveform: np.ndarray, mel: np.ndarray, index: int, start: int,
+    @staticmethod
+    def _window_features(run: _Run, waveform: np.ndarray, mel: np.ndarray, start: int,
+                         n_content: int) -> np.ndarray | None:
+        """The encoder input of the window at frame ``start``, or None where it is silence."""
+        if _silent(waveform[start * 160:(start + N_FRAMES) * 160]):
+            return None
+        return mel if run.ctx_frames < N_FRAMES else window_features(mel[:, :min(start + N_FRAMES, n_content)], start)
+
+    def _transcribe_window(self, run: _Run, waveform: np.ndarray, ahead: EncoderAhead, index: int, start: int,
                            n_content: int) -> WindowResult:
-        """Encode and decode the window that starts at frame ``start``."""
+        """Encode (or take the encoder output computed ahead) and decode the window at frame ``start``."""
         eot = self.tokenizer.special.eot
         samples = waveform[start * 160:(start + N_FRAMES) * 160]
         end_frame = min(start + N_FRAMES, n_content)
-        if samples.size == 0 or float(np.abs(samples).max()) < SILENCE_PEAK:
+        if _silent(samples):
             return WindowResult(start / 100, end_frame / 100, "", [], "skipped", "silence", {})
-        segment = mel if run.ctx_frames < N_FRAMES else window_features(mel[:, :end_frame], start)
         wstats = DecodeStats()
         with self.lm.lock:
-            t0 = time.perf_counter()
-            encoder_output = self.lm.encode(segment)
+            encoder_output, took, waited = ahead.get(index)
             t1 = time.perf_counter()
-            run.timings["encoder_s"] += t1 - t0
+            run.timings["encoder_s"] += took
+            run.timings["encoder_hidden_s"] += max(0.0, took - waited)
             if run.language is None:
                 run.language, run.language_prob = self.lm.detect_language(encoder_output)
                 run.timings["language_s"] += time.perf_counter() - t1
@@ -300,8 +338,10 @@ class WhisperEngine:
             context = WindowContext(prompt=tuple(prompt), eot=eot, max_new_tokens=max_new,
                                     previous_tokens=tuple(run.previous), initial_prompt_tokens=tuple(run.initial),
                                     audio=samples, window_index=index)
+            sampler = PositionSampler(run.opts.temperature, run.opts.seed, index) if run.opts.temperature else None
             tokens, used = self._decode(encoder_output, prompt, numerics, run.chain, window_policy, context, max_new,
-                                        wstats, rows, run.guesser, gated=run.opts.numerics == "auto")
+                                        wstats, rows, run.guesser, gated=run.opts.numerics == "auto",
+                                        sampler=sampler)
             if used != numerics:
                 numerics, reason = used, f"{reason}, but no draft after the first token"
         run.stats.merge(wstats)
@@ -323,7 +363,7 @@ class WhisperEngine:
                       compute_type=self.lm.compute_type, threads=self.lm.threads,
                       decoder_threads=self.lm.decoder_threads, row_floor=self.row_floor,
                       row_ceiling=self.row_ceiling, speculation_available=self.row_floor is not None,
-                      audio_ctx=run.ctx_frames)
+                      audio_ctx=run.ctx_frames, temperature=run.opts.temperature, seed=run.opts.seed)
 
     # ------------------------------------------------------------------------------------------
     def _prompt(self, language: str, opts: TranscribeOptions, previous: list[int], initial: list[int]) -> list[int]:
@@ -366,13 +406,20 @@ class WhisperEngine:
     def _decode(self, encoder_output, prompt: list[int], numerics: str, chain: DrafterChain,
                 policy: AdaptiveDraftLength | FixedDraftLength, context: WindowContext, max_new: int,
                 wstats: DecodeStats, rows: tuple[int | None, int], guesser: BigramGuesser,
-                gated: bool = False) -> tuple[list[int], str]:
+                gated: bool = False, sampler: PositionSampler | None = None) -> tuple[list[int], str]:
         """The window's tokens and the numerics they were decoded in (``gated``: the policy chose
         the numerics, so the first-token gate may still turn the window single-row)."""
         eot = self.tokenizer.special.eot
         if numerics == "native":
             t0 = time.perf_counter()
-            result = self.lm.model.generate(encoder_output, [prompt], beam_size=1, max_length=MAX_POSITIONS)[0]
+            sampling = {}
+            if sampler is not None:  # CT2's own sampler: reproducible per process, not per position
+                import ctranslate2
+
+                ctranslate2.set_random_seed(sampler.seed + sampler.window)
+                sampling = {"sampling_topk": 0, "sampling_temperature": sampler.temperature}
+            result = self.lm.model.generate(encoder_output, [prompt], beam_size=1, max_length=MAX_POSITIONS,
+                                            **sampling)[0]
             wstats.steps_s += time.perf_counter() - t0
             tokens = list(result.sequences_ids[0])
             wstats.tokens += len(tokens)
@@ -380,7 +427,7 @@ class WhisperEngine:
         from .verifier import DecoderSession
 
         session = DecoderSession(self.lm, encoder_output, prompt, numerics, row_floor=rows[0] or 2,
-                                 row_ceiling=rows[1])
+                                 row_ceiling=rows[1], sampler=sampler)
         chain.begin(context)
         speculating = numerics == "batch-invariant" and bool(chain)
         # Filler rows carry a cheap guess while speculating; the no-speculation oracle uses a constant.

@@ -8,6 +8,9 @@ This is the only place that drives the step API. Two numerics:
   ``row_floor`` rows. The self-test shows that from that size on a token's logits are bitwise the
   same whatever the call's size and the token's row, so the emitted tokens cannot depend on what
   was drafted: drafts only decide how many tokens one call confirms.
+
+With a ``PositionSampler`` the session samples instead (temperature > 0): each position's token
+is a fixed function of its logits and the seed, so the same argument holds.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Literal
 import numpy as np
 
 from .backend import MAX_POSITIONS, LoadedModel
+from .sampling import PositionSampler
 
 Numerics = Literal["single-row", "batch-invariant"]
 
@@ -26,8 +30,11 @@ class DecoderSession:
     """KV-cached decoding of one window; never cloned, rolled back with ``truncate_to_step``."""
 
     def __init__(self, lm: LoadedModel, encoder_output, prompt: Sequence[int], numerics: Numerics,
-                 row_floor: int = 2, row_ceiling: int = 17) -> None:
+                 row_floor: int = 2, row_ceiling: int = 17, sampler: PositionSampler | None = None) -> None:
+        """``sampler``: pick tokens by temperature sampling with noise fixed per position (see
+        ``sampling``) instead of greedily; everything else, exactness included, is unchanged."""
         self._lm = lm
+        self._sampler = sampler
         self._model = lm.decoder
         self._encoder_output = encoder_output
         self._prompt = list(prompt)
@@ -49,11 +56,29 @@ class DecoderSession:
         scores = _to_numpy(logits).reshape(-1).astype(np.float32, copy=True)
         scores[self._suppress] = -np.inf
         scores[self._lm.suppress_begin] = -np.inf
-        return int(scores.argmax())
+        return int(scores.argmax()) if self._sampler is None else self._sampler.pick(scores, 0)
 
     def step(self, token: int) -> int:
-        """Feed one token in a 1-row call; return greedy's next token."""
-        return int(self._model.forward_step_greedy(self._state, token, self._suppress))
+        """Feed one token in a 1-row call; return the next token (greedy's, or the sampler's)."""
+        if self._sampler is None:
+            return int(self._model.forward_step_greedy(self._state, token, self._suppress))
+        position = self._state.current_step + 1 - len(self._prompt)
+        return self._sampler.pick(self._scores(self._model.forward_step(self._state, token))[0], position)
+
+    def _next_tokens(self, tokens: list[int]) -> list[int]:
+        """Feed ``tokens`` in one call; the next token after each row (greedy's, or the sampler's)."""
+        if self._sampler is None:
+            return self._model.forward_batch_greedy(self._state, tokens, self._suppress)
+        first = self._state.current_step + 1 - len(self._prompt)
+        scores = self._scores(self._model.forward_batch(self._state, tokens))
+        return [self._sampler.pick(row, first + i) for i, row in enumerate(scores)]
+
+    def _scores(self, logits) -> np.ndarray:
+        """Logits as [rows, vocab] float32 with the suppressed ids at -inf."""
+        scores = _to_numpy(logits).astype(np.float32, copy=True)
+        scores = scores.reshape(-1, scores.shape[-1])
+        scores[:, self._suppress] = -np.inf
+        return scores
 
     def verify(self, history: Sequence[int], drafts: Sequence[int]) -> tuple[list[int], int | None]:
         """Feed ``history[-1]`` plus ``drafts`` in one call of ``row_floor`` to ``row_ceiling`` rows.
@@ -75,10 +100,9 @@ class DecoderSession:
         refeed = min(max(0, self.row_floor - len(rows)), len(history) - 1)
         if refeed:
             state.truncate_to_step(base - refeed)
-            preds = self._model.forward_batch_greedy(state, list(history[-1 - refeed:-1]) + rows,
-                                                     self._suppress)[refeed:]
+            preds = self._next_tokens(list(history[-1 - refeed:-1]) + rows)[refeed:]
         else:
-            preds = self._model.forward_batch_greedy(state, rows, self._suppress)
+            preds = self._next_tokens(rows)
         accepted: list[int] = []
         eot = self._lm.tokenizer.special.eot
         for i in range(1, len(rows)):

@@ -30,14 +30,14 @@ def _encode(engine, path: str):
 
 
 def decode(engine, encoder_output, numerics: str, drafter=None, k: int = 4, language: str = "en",
-           filler=None) -> tuple[list[int], DecodeStats]:
+           filler=None, sampler=None) -> tuple[list[int], DecodeStats]:
     """Tokens (EOT excluded) and stats of one window through ``decode_window``."""
     tok = engine.tokenizer
     prompt = tok.sot_sequence(language)
     eot = tok.special.eot
     max_new = min(224, 448 - (len(prompt) - 1))
     session = DecoderSession(engine.lm, encoder_output, prompt, numerics, row_floor=engine.row_floor or 2,
-                             row_ceiling=engine.row_ceiling)
+                             row_ceiling=engine.row_ceiling, sampler=sampler)
     drafter = drafter or NullDrafter()
     drafter.begin(WindowContext(prompt=tuple(prompt), eot=eot, max_new_tokens=max_new))
     stats = DecodeStats()
