@@ -109,7 +109,8 @@ def clip_medians(records: list[dict]) -> dict[tuple[str, str, str], dict]:
             continue
         first = ok[0]
         row = {k: first.get(k) for k in ("set", "clip", "system", "duration_s", "language", "text", "tokens",
-                                         "stats", "numerics", "refs", "windows")}
+                                         "stats", "numerics", "refs", "windows", "window_numerics",
+                                         "window_tokens")}
         row["ok"] = True
         row["repeats"] = len(ok)
         row["deterministic"] = all(r.get("tokens") == first.get("tokens") for r in ok)
@@ -170,11 +171,10 @@ def _summarise_one(system: str, rows: list[dict], index: dict, reference: str | 
     if reference:
         compared, same = [], []
         for r in ok:
-            ref_system = _reference(r, system, reference, index)
-            ref_row = index.get((r["clip"], ref_system))
-            if ref_row and ref_row.get("ok"):
+            identical = _identical(r, system, reference, index)
+            if identical is not None:
                 compared.append(r)
-                if _text_tokens(r) == _text_tokens(ref_row):
+                if identical:
                     same.append(r)
         out["identical_to"] = reference
         out["identical"] = len(same)
@@ -212,6 +212,30 @@ def _reference(row: dict, system: str, default: str, index: dict) -> str:
     if by_numerics and by_numerics != system and (row["clip"], by_numerics) in index:
         return by_numerics
     return default
+
+
+def _identical(row: dict, system: str, default: str, index: dict) -> bool | None:
+    """Tokens equal to greedy's in the numerics they were decoded in (None: no reference ran).
+
+    A clip whose windows were decoded in different numerics (numerics=auto decides per window) is
+    checked window by window against the greedy run of each window's numerics: windows are
+    decoded independently (no conditioning on earlier text in the benchmark)."""
+    if row.get("numerics") == "mixed":
+        if not row.get("window_numerics"):
+            return None  # a record without per-window tokens cannot be checked
+        for i, numerics in enumerate(row["window_numerics"]):
+            if numerics == "skipped":
+                continue
+            ref_row = index.get((row["clip"], NUMERICS_REFERENCE.get(numerics, "")))
+            if not (ref_row and ref_row.get("ok") and ref_row.get("window_tokens")):
+                return None
+            if row["window_tokens"][i] != ref_row["window_tokens"][i]:
+                return False
+        return True
+    ref_row = index.get((row["clip"], _reference(row, system, default, index)))
+    if not (ref_row and ref_row.get("ok")):
+        return None
+    return _text_tokens(row) == _text_tokens(ref_row)
 
 
 def _text_tokens(row: dict) -> list[int]:

@@ -203,7 +203,10 @@ class EngineSystem:
         timings = dict(res.timings)
         timings["load_s"] = getattr(eng, "load_seconds", timings.get("load_s"))
         return {"text": res.text, "tokens": [t for t in res.tokens if t < eot], "timings": timings,
-                "stats": dict(res.stats), "numerics": res.numerics, "windows": len(res.windows)}
+                "stats": dict(res.stats), "numerics": res.numerics, "windows": len(res.windows),
+                # per window, so that a clip decoded in mixed numerics can be checked window by window
+                "window_numerics": [w.numerics for w in res.windows],
+                "window_tokens": [[t for t in w.tokens if t < eot] for w in res.windows]}
 
 
 def _windows(mel: np.ndarray):

@@ -99,6 +99,26 @@ def test_identity_is_judged_against_greedy_in_the_numerics_actually_used():
     assert summary["greedy-batch-invariant"]["identical"] == 0  # BI vs SR: a near-tie differs
 
 
+def test_mixed_numerics_clips_are_checked_window_by_window():
+    sr, bi = "single-row", "batch-invariant"
+    records = [_rec("greedy-single-row", "a", 0, 1.0, 0.4, [1, 2, 3, 4], window_tokens=[[1, 2], [3, 4]]),
+               _rec("greedy-batch-invariant", "a", 0, 1.0, 0.4, [1, 9, 3, 8], numerics=bi,
+                    window_tokens=[[1, 9], [3, 8]]),
+               # window 0 single-row, window 1 batch-invariant: equal to neither whole greedy run
+               _rec("spec-combined", "a", 0, 1.0, 0.4, [1, 2, 3, 8], numerics="mixed", window_numerics=[sr, bi],
+                    window_tokens=[[1, 2], [3, 8]]),
+               _rec("spec-x", "a", 0, 1.0, 0.4, [1, 2, 3, 4], numerics="mixed", window_numerics=[sr, bi],
+                    window_tokens=[[1, 2], [3, 4]]),
+               _rec("spec-y", "a", 0, 1.0, 0.4, [1, 2, 3, 4], numerics="mixed", window_numerics=[sr, "skipped"],
+                    window_tokens=[[1, 2], []])]
+    summary = metrics.summarise(records, reference_for={name: "greedy-single-row" for name in
+                                                        ("spec-combined", "spec-x", "spec-y")},
+                                baseline=None, decoder_baseline=None)["s"]
+    assert (summary["spec-combined"]["identical"], summary["spec-combined"]["identical_of"]) == (1, 1)
+    assert (summary["spec-x"]["identical"], summary["spec-x"]["identical_of"]) == (0, 1)  # window 1 differs
+    assert summary["spec-y"]["identical"] == 1  # a skipped window is not compared
+
+
 def test_markdown_and_json_writers(tmp_path):
     records = [_rec("greedy-single-row", "a", 0, 1.0, 0.4, [1, 2]), _rec("fw-greedy", "a", 0, 2.0, 0.8, [1, 2])]
     results = {"meta": {"command": "python -m benchmarks run --suite real", "systems": ["greedy-single-row",
