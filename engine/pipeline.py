@@ -31,19 +31,23 @@ class EncoderAhead:
         self._jobs: dict[int, Future] = {}
 
     def get(self, index: int) -> tuple[object, float, float]:
-        """(encoder output, seconds the encoder took, seconds waited for it) for window ``index``;
-        queues the next decoded window's encoder before returning."""
+        """(encoder output, seconds the encoder took, seconds waited for it) for window ``index``."""
         t0 = time.perf_counter()
         job = self._jobs.pop(index, None)
         output, took = job.result() if job is not None else self._timed(self._segment(index))
-        waited = time.perf_counter() - t0
-        if self._pool is not None:
-            for nxt in range(index + 1, self._n):
-                features = self._segment(nxt)
-                if features is not None:
+        return output, took, time.perf_counter() - t0
+
+    def start_after(self, index: int) -> None:
+        """Queue the encoder of the next window after ``index`` that is decoded. Called once the
+        encoder instance is no longer needed for window ``index`` (language detection runs on it)."""
+        if self._pool is None:
+            return
+        for nxt in range(index + 1, self._n):
+            features = self._segment(nxt)
+            if features is not None:
+                if nxt not in self._jobs:
                     self._jobs[nxt] = self._pool.submit(self._timed, features)
-                    break
-        return output, took, waited
+                return
 
     def _timed(self, features: np.ndarray) -> tuple[object, float]:
         t0 = time.perf_counter()

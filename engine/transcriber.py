@@ -329,6 +329,7 @@ class WhisperEngine:
             if run.language is None:
                 run.language, run.language_prob = self.lm.detect_language(encoder_output)
                 run.timings["language_s"] += time.perf_counter() - t1
+            ahead.start_after(index)  # the next window encodes while this one decodes
             prompt = self._prompt(run.language, run.opts, run.previous, run.initial)
             max_new = min(MAX_POSITIONS // 2, MAX_POSITIONS - (len(prompt) - 1))
             numerics, reason, window_policy = self._choose_numerics(run.opts, run.chain, run.policy)

@@ -2,7 +2,7 @@
 
 Per clip, one encoder pass serves all checks: single-row tokens equal the fork's ``generate``,
 and speculation with adversarial drafters equals the no-speculation oracle in batch-invariant
-numerics. Multi-window files (long-form) go through ``transcribe`` with prompt lookup.
+numerics, greedy and sampled (temperature 0.7, a seed per clip). Multi-window files (long-form) go through ``transcribe`` with prompt lookup.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 from adversarial import EarlyEot, Oracle, RandomIds
 from clips import every_single_window_clip
 from decoding import decode, encode_clip, generate_tokens
+from specwhisper.sampling import PositionSampler
 
 pytestmark = pytest.mark.full
 
@@ -34,6 +35,12 @@ def test_parity_and_exactness_on_every_clip(model, base_engine, tiny_engine, sha
             tokens, _ = decode(engine, enc, "batch-invariant", drafter, k=k, filler=engine.guesser)
             if tokens != oracle:
                 failures.append(f"{clip['audio']}: {type(drafter).__name__} K={k} changed the output")
+        sampler = PositionSampler(0.7, seed)  # sampling: the same seed gives the same tokens, drafts or not
+        sampled, _ = decode(engine, enc, "batch-invariant", sampler=sampler)
+        tokens, _ = decode(engine, enc, "batch-invariant", Oracle(sampled, eot, flip=True, seed=seed),
+                           k=1 + (seed * 7) % 16, filler=engine.guesser, sampler=sampler)
+        if tokens != sampled:
+            failures.append(f"{clip['audio']}: drafts changed the sampled output")
     assert not failures, failures
 
 

@@ -21,8 +21,11 @@ def test_encoder_ahead_hands_out_outputs_in_order_and_skips_silent_windows():
         encoded.append(int(features[0]))
         return float(features.sum())
 
+    outputs = []
     with EncoderAhead(encode, lambda i: segments[i], len(segments), enabled=True) as ahead:
-        outputs = [ahead.get(i)[0] for i in (0, 1, 3, 4)]
+        for i in (0, 1, 3, 4):
+            outputs.append(ahead.get(i)[0])
+            ahead.start_after(i)
     assert outputs == [0.0, 3.0, 9.0, 12.0]
     assert sorted(encoded) == [0, 1, 3, 4]  # each window once, the silent one never
     assert any(name.startswith("encoder-ahead") for name in threads)
@@ -32,7 +35,11 @@ def test_encoder_ahead_disabled_encodes_in_the_caller():
     names = []
     ahead = EncoderAhead(lambda f: names.append(threading.current_thread().name) or 1, lambda i: np.zeros(1), 3,
                          enabled=False)
-    assert [ahead.get(i)[0] for i in range(3)] == [1, 1, 1]
+    outputs = []
+    for i in range(3):
+        outputs.append(ahead.get(i)[0])
+        ahead.start_after(i)
+    assert outputs == [1, 1, 1]
     assert names == [threading.current_thread().name] * 3
 
 
