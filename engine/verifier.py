@@ -53,8 +53,7 @@ class DecoderSession:
         the prompt's last token as a 1-row step differed on 2 near-ties.
         """
         self._state, logits = self._model.prefill(self._encoder_output, self._prompt)
-        scores = _to_numpy(logits).reshape(-1).astype(np.float32, copy=True)
-        scores[self._suppress] = -np.inf
+        scores = self._suppressed(_to_numpy(logits))
         scores[self._lm.suppress_begin] = -np.inf
         return int(scores.argmax()) if self._sampler is None else self._sampler.pick(scores, 0)
 
@@ -63,21 +62,30 @@ class DecoderSession:
         if self._sampler is None:
             return int(self._model.forward_step_greedy(self._state, token, self._suppress))
         position = self._state.current_step + 1 - len(self._prompt)
-        return self._sampler.pick(self._scores(self._model.forward_step(self._state, token))[0], position)
+        return self._sampler.pick(self._suppressed(_to_numpy(self._model.forward_step(self._state, token))), position)
 
-    def _next_tokens(self, tokens: list[int]) -> list[int]:
-        """Feed ``tokens`` in one call; the next token after each row (greedy's, or the sampler's)."""
+    def _next_tokens(self, tokens: list[int], skip: int = 0) -> list[int]:
+        """Feed ``tokens`` in one call; the next token after each row from row ``skip`` on
+        (greedy's, or the sampler's).
+
+        The sampler stops at the first row whose token differs from the next row's input: what
+        follows a rejected draft is never used, and each pick costs a vocabulary of noise."""
         if self._sampler is None:
-            return self._model.forward_batch_greedy(self._state, tokens, self._suppress)
+            return self._model.forward_batch_greedy(self._state, tokens, self._suppress)[skip:]
         first = self._state.current_step + 1 - len(self._prompt)
-        scores = self._scores(self._model.forward_batch(self._state, tokens))
-        return [self._sampler.pick(row, first + i) for i, row in enumerate(scores)]
-
-    def _scores(self, logits) -> np.ndarray:
-        """Logits as [rows, vocab] float32 with the suppressed ids at -inf."""
-        scores = _to_numpy(logits).astype(np.float32, copy=True)
+        scores = _to_numpy(self._model.forward_batch(self._state, tokens))
         scores = scores.reshape(-1, scores.shape[-1])
-        scores[:, self._suppress] = -np.inf
+        picks: list[int] = []
+        for i in range(skip, len(tokens)):
+            picks.append(self._sampler.pick(self._suppressed(scores[i]), first + i))
+            if i + 1 < len(tokens) and picks[-1] != tokens[i + 1]:
+                break
+        return picks
+
+    def _suppressed(self, logits) -> np.ndarray:
+        """One row of logits as float32 with the suppressed ids at -inf (a copy)."""
+        scores = np.array(logits, dtype=np.float32).reshape(-1)
+        scores[self._suppress] = -np.inf
         return scores
 
     def verify(self, history: Sequence[int], drafts: Sequence[int]) -> tuple[list[int], int | None]:
@@ -100,7 +108,7 @@ class DecoderSession:
         refeed = min(max(0, self.row_floor - len(rows)), len(history) - 1)
         if refeed:
             state.truncate_to_step(base - refeed)
-            preds = self._next_tokens(list(history[-1 - refeed:-1]) + rows)[refeed:]
+            preds = self._next_tokens(list(history[-1 - refeed:-1]) + rows, skip=refeed)
         else:
             preds = self._next_tokens(rows)
         accepted: list[int] = []
