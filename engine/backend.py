@@ -258,6 +258,14 @@ class LoadedModel:
                               max_abs_diff_by_rows=diffs, seconds=time.perf_counter() - t0, key=key)
 
 
+def to_host(view) -> np.ndarray:
+    """A CT2 StorageView as a numpy array (CUDA storage is copied to the host first)."""
+    try:
+        return np.asarray(view)
+    except (TypeError, ValueError, RuntimeError):
+        return np.asarray(view.to_device(_import_ct2().Device.cpu))
+
+
 def _call_seconds(model, lm: LoadedModel, sizes: tuple[int, ...], trials: int = 3,
                   run_len: int = 12) -> dict[int, float]:
     """Fastest time of a run of ``run_len`` decoder calls per row count (1 included), as the loop pays it.

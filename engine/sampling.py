@@ -40,7 +40,3 @@ class PositionSampler:
         """The sampled token for ``position``; ``scores`` are logits with suppressed ids at -inf."""
         scores = np.asarray(scores, dtype=np.float64).reshape(-1)
         return int(np.argmax(scores / self.temperature + self.noise(position, scores.size)))
-
-    def for_window(self, window: int) -> PositionSampler:
-        return PositionSampler(self.temperature, self.seed, window)
-

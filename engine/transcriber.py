@@ -16,7 +16,7 @@ import numpy as np
 
 from .audio import SAMPLE_RATE, AudioInput, load_audio
 from .audio_ctx import choose_frames, parse_audio_ctx
-from .backend import MAX_POSITIONS, LoadedModel, SelfTestResult
+from .backend import MAX_POSITIONS, LoadedModel, SelfTestResult, _import_ct2
 from .decoder import decode_window, shadow_replay
 from .drafters.base import Drafter, NullDrafter, WindowContext
 from .drafters.bigram import BigramGuesser
@@ -415,9 +415,7 @@ class WhisperEngine:
             t0 = time.perf_counter()
             sampling = {}
             if sampler is not None:  # CT2's own sampler: reproducible per process, not per position
-                import ctranslate2
-
-                ctranslate2.set_random_seed(sampler.seed + sampler.window)
+                _import_ct2().set_random_seed(sampler.seed + sampler.window)
                 sampling = {"sampling_topk": 0, "sampling_temperature": sampler.temperature}
             result = self.lm.model.generate(encoder_output, [prompt], beam_size=1, max_length=MAX_POSITIONS,
                                             **sampling)[0]

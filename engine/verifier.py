@@ -20,7 +20,7 @@ from typing import Literal
 
 import numpy as np
 
-from .backend import MAX_POSITIONS, LoadedModel
+from .backend import MAX_POSITIONS, LoadedModel, to_host
 from .sampling import PositionSampler
 
 Numerics = Literal["single-row", "batch-invariant"]
@@ -53,7 +53,7 @@ class DecoderSession:
         the prompt's last token as a 1-row step differed on 2 near-ties.
         """
         self._state, logits = self._model.prefill(self._encoder_output, self._prompt)
-        scores = self._suppressed(_to_numpy(logits))
+        scores = self._suppressed(to_host(logits))
         scores[self._lm.suppress_begin] = -np.inf
         return int(scores.argmax()) if self._sampler is None else self._sampler.pick(scores, 0)
 
@@ -62,7 +62,7 @@ class DecoderSession:
         if self._sampler is None:
             return int(self._model.forward_step_greedy(self._state, token, self._suppress))
         position = self._state.current_step + 1 - len(self._prompt)
-        return self._sampler.pick(self._suppressed(_to_numpy(self._model.forward_step(self._state, token))), position)
+        return self._sampler.pick(self._suppressed(to_host(self._model.forward_step(self._state, token))), position)
 
     def _next_tokens(self, tokens: list[int], skip: int = 0) -> list[int]:
         """Feed ``tokens`` in one call; the next token after each row from row ``skip`` on
@@ -73,7 +73,7 @@ class DecoderSession:
         if self._sampler is None:
             return self._model.forward_batch_greedy(self._state, tokens, self._suppress)[skip:]
         first = self._state.current_step + 1 - len(self._prompt)
-        scores = _to_numpy(self._model.forward_batch(self._state, tokens))
+        scores = to_host(self._model.forward_batch(self._state, tokens))
         scores = scores.reshape(-1, scores.shape[-1])
         picks: list[int] = []
         for i in range(skip, len(tokens)):
@@ -127,11 +127,3 @@ class DecoderSession:
     def current_step(self) -> int:
         return self._state.current_step if self._state is not None else 0
 
-
-def _to_numpy(view) -> np.ndarray:
-    try:
-        return np.asarray(view)
-    except (TypeError, ValueError, RuntimeError):  # CUDA storage: bring it to the host first
-        import ctranslate2
-
-        return np.asarray(view.to_device(ctranslate2.Device.cpu))

@@ -49,7 +49,7 @@ def test_sampler_noise_is_fixed_per_position_and_differs_between_seeds():
     assert np.array_equal(a.noise(17, 1000), a.noise(17, 1000))
     assert not np.array_equal(a.noise(17, 1000), a.noise(18, 1000))
     assert not np.array_equal(a.noise(17, 1000), b.noise(17, 1000))
-    assert not np.array_equal(a.noise(17, 1000), a.for_window(3).noise(17, 1000))
+    assert not np.array_equal(a.noise(17, 1000), PositionSampler(1.0, seed=5, window=3).noise(17, 1000))
 
 
 def test_sampling_is_exact_under_speculation(base_engine, shared_data):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backend import MAX_POSITIONS, LoadedModel, step_api_available
+from ..backend import MAX_POSITIONS, LoadedModel, step_api_available, to_host
 from ..errors import ModelError, SpecWhisperError, TokenMapError
 from ..features import content_frames, log_mel_spectrogram, window_features
 from ..policy import SPECULATE_MARGIN, VerifyCost, draft_model_best_k
@@ -200,7 +200,7 @@ class DraftModelDrafter:
         encoder_output = self.lm.encode(window_features(mel[:, :content_frames(mel)], 0))
         t1 = time.perf_counter()
         self._state, logits = self._model.prefill(encoder_output, prompt)
-        scores = _host(logits).reshape(-1).astype(np.float32, copy=True)
+        scores = to_host(logits).reshape(-1).astype(np.float32, copy=True)
         scores[self._suppress_first] = -np.inf
         self._first = self._pred = int(scores.argmax())
         self._prompt_len = len(prompt)
@@ -337,15 +337,8 @@ def open_draft_drafter(draft: str | Path, main_tokenizer: WhisperTokenizer, *, o
 
 def decoder_step_ms(lm: LoadedModel, steps: int = 8) -> float:
     """Median time of a 1-row decoder step on a random full-window encoder output (no encoder run)."""
-    import ctranslate2
-
-    probe = lm.model.encode(ctranslate2.StorageView.from_array(np.zeros((1, lm.n_mels, 200), np.float32)))
-    d_model = probe.shape[2]
-    enc = np.random.default_rng(0).standard_normal((1, 1500, d_model)).astype(np.float32)
-    encoder_output = ctranslate2.StorageView.from_array(enc)
-    if lm.device == "cuda":
-        encoder_output = encoder_output.to_device(ctranslate2.Device.cuda)
-    state, _ = lm.decoder.prefill(encoder_output, lm.tokenizer.sot_sequence("en"))
+    encoder_output, prompt = lm._random_window(1500)
+    state, _ = lm.decoder.prefill(encoder_output, prompt)
     token = lm.tokenizer.encode(" the")[0]
     times = []
     for _ in range(steps + 1):
@@ -354,11 +347,3 @@ def decoder_step_ms(lm: LoadedModel, steps: int = 8) -> float:
         times.append(time.perf_counter() - t0)
     return 1000.0 * float(np.median(times[1:]))
 
-
-def _host(view) -> np.ndarray:
-    try:
-        return np.asarray(view)
-    except (TypeError, ValueError, RuntimeError):  # CUDA storage: bring it to the host first
-        import ctranslate2
-
-        return np.asarray(view.to_device(ctranslate2.Device.cpu))
