@@ -28,7 +28,7 @@ N_FRAMES = 3000  # 30 s of 10 ms frames: one encoder window
 
 # The exact faster-whisper options of each system (also written into results and fixtures).
 FW_GREEDY = {"beam_size": 1, "temperature": 0.0, "without_timestamps": True, "vad_filter": False,
-             "condition_on_previous_text": False}
+             "condition_on_previous_text": False}  # without_timestamps: False for audio over 30 s
 FW_DEFAULT: dict = {}  # faster-whisper's own defaults: beam 5, temperature fallback, timestamps
 CT2_GREEDY = {"beam_size": 1, "max_length": 448, "suppress_blank": True, "suppress_tokens": [-1]}
 
@@ -172,8 +172,9 @@ def _storage(array: np.ndarray):
 
 def transcribe(job: dict) -> dict:
     system = job["system"]
-    if system == "fw-greedy":
-        out = _fw_transcribe(job, FW_GREEDY)
+    if system == "fw-greedy":  # timestamps (and seeking) beyond one window, as our engine's default
+        long_audio = _load_audio(job["npy"]).size > N_FRAMES * 160
+        out = _fw_transcribe(job, {**FW_GREEDY, "without_timestamps": not long_audio})
     elif system == "fw-default":
         out = _fw_transcribe(job, FW_DEFAULT)
     elif system == "ct2-greedy":

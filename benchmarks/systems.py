@@ -218,6 +218,40 @@ def _windows(mel: np.ndarray):
         yield window_features(mel[:, :min(start + N_FRAMES, n)], start)
 
 
+def _is_long(mel: np.ndarray) -> bool:
+    from specwhisper.features import N_FRAMES, content_frames
+
+    return content_frames(mel) > N_FRAMES
+
+
+class _Seek:
+    """The seek state of ``_seeking_windows``: called with a window's tokens, keeps its complete segments."""
+
+    def __init__(self, prompt: list[int], timestamp_begin: int, eot: int, n_content: int) -> None:
+        self.prompt, self.tb, self.eot, self.n = prompt, timestamp_begin, eot, n_content
+        self.seek = 0
+
+    def __call__(self, ids: list[int]) -> list[int]:
+        from specwhisper.features import N_FRAMES
+        from specwhisper.timestamps import split_window
+
+        frames = min(N_FRAMES, self.n - self.seek)
+        split = split_window(ids, self.tb, self.eot, self.seek / 100, frames)
+        self.seek += split.advance_frames
+        return [t for _, _, part in split.segments for t in part]
+
+
+def _seeking_windows(mel: np.ndarray, tok, language: str):
+    """Timestamped windows, each starting where the previous one's last complete segment ended."""
+    from specwhisper.features import N_FRAMES, content_frames, window_features
+
+    n = content_frames(mel)
+    seek = _Seek(tok.sot_sequence(language, "transcribe", timestamps=True), tok.special.timestamp_begin,
+                 tok.special.eot, n)
+    while seek.seek < n:
+        yield window_features(mel[:, :min(seek.seek + N_FRAMES, n)], seek.seek), seek
+
+
 def _encode(model, window: np.ndarray):
     import ctranslate2
 
@@ -225,7 +259,8 @@ def _encode(model, window: np.ndarray):
 
 
 class ForkGenerate:
-    """The fork's own ``generate`` greedy (beam 1) per 30 s window, our features."""
+    """The fork's own ``generate`` greedy (beam 1), our features: per 30 s window, or on audio over
+    30 s with its own timestamp rules and our seek step (what our engine's default does there)."""
 
     name = "fork-generate"
 
@@ -247,14 +282,17 @@ class ForkGenerate:
         t1 = time.perf_counter()
         enc_s = dec_s = 0.0
         tokens: list[int] = []
-        for window in _windows(mel):
+        for window, keep in _seeking_windows(mel, tok, clip.language) if _is_long(mel) else (
+                (w, None) for w in _windows(mel)):
             ta = time.perf_counter()
             encoded = _encode(model, window)
             tb = time.perf_counter()
-            result = ct2_decoder(eng).generate(encoded, [prompt], beam_size=1, max_length=448)[0]
+            result = ct2_decoder(eng).generate(encoded, [keep.prompt if keep else prompt], beam_size=1,
+                                               max_length=448)[0]
             dec_s += time.perf_counter() - tb
             enc_s += tb - ta
-            tokens.extend(int(t) for t in result.sequences_ids[0])
+            ids = [int(t) for t in result.sequences_ids[0]]
+            tokens.extend(keep(ids) if keep else ids)
         total = time.perf_counter() - t0
         text_tokens = [t for t in tokens if t < tok.special.eot]
         return {"text": tok.decode(text_tokens).strip(), "tokens": text_tokens,

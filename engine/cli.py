@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sample at this temperature instead of greedy (default 0: greedy); speculation keeps "
                         "the tokens of the same --seed")
     t.add_argument("--seed", type=int, default=0, help="sampling seed: same seed, same text (default 0)")
+    t.add_argument("--timestamps", default="auto", choices=["auto", "on", "off"],
+                   help="decode with timestamps: segments, and each window starts where the last complete "
+                        "segment ended, so no speech is cut at a window edge (auto: on for audio over 30 s)")
     t.add_argument("--stats", action="store_true", help="print decoding stats (Ar, Al, calls) to stderr")
 
     d = sub.add_parser("demo", help="transcribe the bundled sample with the default model")
@@ -135,7 +138,8 @@ def _dispatch(args) -> int:
                             ("draft_model", None),
                             ("prompt_lookup", True), ("learn", False), ("learn_save", None), ("stats", True),
                             ("condition_on_previous_text", False), ("initial_prompt", None),
-                            ("audio_ctx", "full"), ("temperature", 0.0), ("seed", 0)):
+                            ("audio_ctx", "full"), ("temperature", 0.0), ("seed", 0),
+                            ("timestamps", "auto")):
             setattr(args, name, value)
         return _transcribe(args)
     if args.command == "models":
@@ -163,7 +167,7 @@ def _transcribe(args) -> int:
         raise SpecWhisperError("--learn-save needs --learn", where="--learn-save", hint="add --learn")
     # per-call options are checked before the model loads: a typo costs no load time
     TranscribeOptions(task=args.task, numerics=args.numerics, draft_len=args.draft_len, audio_ctx=args.audio_ctx,
-                      temperature=args.temperature, seed=args.seed)
+                      temperature=args.temperature, seed=args.seed, timestamps=args.timestamps)
     engine = WhisperEngine(args.model, device=args.device, compute_type=args.compute_type, threads=args.threads,
                            tokenmap=args.tokenmap, learn=args.learn, prompt_lookup=args.prompt_lookup,
                            draft_model=args.draft_model, decoder_threads=args.decoder_threads)
@@ -177,7 +181,7 @@ def _transcribe(args) -> int:
                                        draft_len=args.draft_len, initial_prompt=args.initial_prompt,
                                        condition_on_previous_text=args.condition_on_previous_text,
                                        audio_ctx=args.audio_ctx, temperature=args.temperature, seed=args.seed,
-                                       progress=progress)
+                                       timestamps=args.timestamps, progress=progress)
         except SpecWhisperError as exc:
             failures += 1
             print(f"error: {exc.message()}", file=sys.stderr)
@@ -211,9 +215,10 @@ def _progress_printer(path: str):
     start = time.perf_counter()
 
     def show(done: int, total: int) -> None:
-        if total > 1:
+        if total > 3000:  # more than one window
             end = "\n" if done == total else ""
-            print(f"\r{Path(path).name}: window {done}/{total} ({time.perf_counter() - start:.1f} s)", end=end,
+            print(f"\r{Path(path).name}: {done / 100:.0f}/{total / 100:.0f} s of audio "
+                  f"({time.perf_counter() - start:.1f} s)", end=end,
                   file=sys.stderr, flush=True)
 
     return show

@@ -41,7 +41,7 @@ def decode_window(session: DecoderSession, drafter: Drafter, policy: DraftLength
     if session.numerics == "single-row":
         step = session.step
         while out[-1] != eot and len(out) < max_new_tokens:
-            out.append(step(out[-1]))
+            out.append(step(out))
         stats.steps += len(out) - 1
     else:
         _speculate(session, drafter, policy, max_new_tokens, eot, stats, filler, out)

@@ -35,8 +35,10 @@ from .policy import (
 )
 from .sampling import MAX_TEMPERATURE, PositionSampler
 from .stats import DecodeStats
+from .timestamps import TimestampRules, split_window
 
 NUMERICS_CHOICES = ("auto", "batch-invariant", "single-row")
+TIMESTAMPS_CHOICES = ("auto", "on", "off")
 SILENCE_PEAK = 1e-4  # windows quieter than -80 dBFS are silence: nothing to decode
 FIRST_DRAFT_MIN = 0.5  # expected accepted drafts after the first token for a policy-chosen window to speculate
 
@@ -59,7 +61,8 @@ class TranscribeOptions:
     audio_ctx: str | int = "full"
     temperature: float = 0.0
     seed: int = 0
-    progress: Callable[[int, int], None] | None = None
+    timestamps: str = "auto"
+    progress: Callable[[int, int], None] | None = None  # (10 ms frames done, frames in all)
 
     def __post_init__(self) -> None:
         if self.task not in ("transcribe", "translate"):
@@ -68,6 +71,11 @@ class TranscribeOptions:
             raise SpecWhisperError(f"unknown numerics {self.numerics!r}", where="--numerics",
                                    hint=f"use one of {', '.join(NUMERICS_CHOICES)}")
         object.__setattr__(self, "audio_ctx", parse_audio_ctx(self.audio_ctx))
+        if isinstance(self.timestamps, bool):
+            object.__setattr__(self, "timestamps", "on" if self.timestamps else "off")
+        if self.timestamps not in TIMESTAMPS_CHOICES:
+            raise SpecWhisperError(f"unknown timestamps setting {self.timestamps!r}", where="--timestamps",
+                                   hint="use auto (on for audio longer than 30 s), on or off")
         try:
             temperature = float(self.temperature)
         except (TypeError, ValueError):
@@ -84,8 +92,20 @@ class TranscribeOptions:
                                    hint="use 0..16 (0 disables drafting)")
 
 
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of speech and its text: a timestamped segment, or a whole window without timestamps."""
+
+    start_s: float
+    end_s: float
+    text: str
+
+
 @dataclass
 class WindowResult:
+    """One decoded window. ``tokens``: everything it emitted but EOT (timestamps and an incomplete
+    last segment included: what exactness is checked on); ``text``: its kept segments' text."""
+
     start_s: float
     end_s: float
     text: str
@@ -93,6 +113,7 @@ class WindowResult:
     numerics: str
     numerics_reason: str
     stats: dict
+    segments: list[Segment] = field(default_factory=list)
 
 
 @dataclass
@@ -120,6 +141,11 @@ class Result:
     audio_ctx_fallback: str | None = None
     temperature: float = 0.0
     seed: int = 0
+    timestamps: bool = False
+
+    @property
+    def segments(self) -> list[Segment]:
+        return [s for w in self.windows for s in w.segments]
 
     def to_dict(self) -> dict:
         return {
@@ -131,6 +157,8 @@ class Result:
             "duration_s": round(self.duration_s, 3),
             "timings": {k: round(v, 4) for k, v in self.timings.items()},
             "stats": self.stats,
+            "segments": [{"start_s": round(s.start_s, 3), "end_s": round(s.end_s, 3), "text": s.text}
+                         for s in self.segments],
             "windows": [
                 {"start_s": w.start_s, "end_s": w.end_s, "text": w.text, "tokens": w.tokens, "numerics": w.numerics,
                  "numerics_reason": w.numerics_reason, "stats": w.stats}
@@ -148,6 +176,7 @@ class Result:
             "audio_ctx_fallback": self.audio_ctx_fallback,
             "temperature": self.temperature,
             "seed": self.seed,
+            "timestamps": self.timestamps,
         }
 
 
@@ -181,8 +210,10 @@ class _Run:
     language: str | None
     initial: list[int]
     guesser: BigramGuesser
+    timestamps: bool = False
     language_prob: float = 1.0
     previous: list[int] = field(default_factory=list)
+    tail: list[int] = field(default_factory=list)  # the last window's incomplete segment (drafting only)
     tokens: list[int] = field(default_factory=list)
     windows: list[WindowResult] = field(default_factory=list)
     stats: DecodeStats = field(default_factory=DecodeStats)
@@ -278,21 +309,14 @@ class WhisperEngine:
                    policy=self.policy if opts.draft_len is None else FixedDraftLength(opts.draft_len),
                    language=opts.language,
                    initial=self.tokenizer.encode(" " + opts.initial_prompt.strip()) if opts.initial_prompt else [],
-                   guesser=self.guesser if self.learn else BigramGuesser(self.tokenizer))
+                   guesser=self.guesser if self.learn else BigramGuesser(self.tokenizer),
+                   timestamps=opts.timestamps == "on" or (opts.timestamps == "auto" and n_content > N_FRAMES))
         run.timings.update(load_s=self.load_seconds, audio_s=t_audio - t_start,
                            features_s=time.perf_counter() - t_audio)
-        starts = list(range(0, max(n_content, 1), N_FRAMES))
-
-        def segment(index: int) -> np.ndarray | None:
-            return self._window_features(run, waveform, mel, starts[index], n_content)
-
-        with EncoderAhead(self.lm.encode, segment, len(starts), enabled=self.pipeline) as ahead:
-            for index, start in enumerate(starts):
-                if opts.progress:
-                    opts.progress(index, len(starts))
-                run.windows.append(self._transcribe_window(run, waveform, ahead, index, start, n_content))
-        if opts.progress:
-            opts.progress(len(starts), len(starts))
+        if run.timestamps:
+            self._transcribe_seeking(run, waveform, mel, n_content)
+        else:
+            self._transcribe_fixed(run, waveform, mel, n_content)
         run.timings["total_s"] = time.perf_counter() - t_start
         result = self._result(run, waveform)
         if ctx_frames < N_FRAMES and looks_like_a_loop(len(result.tokens), result.duration_s):
@@ -303,6 +327,43 @@ class WhisperEngine:
             retry.audio_ctx_fallback = f"{ctx_frames} frames looped ({len(result.tokens)} tokens): decoded in full"
             return retry
         return result
+
+    def _transcribe_fixed(self, run: _Run, waveform: np.ndarray, mel: np.ndarray, n_content: int) -> None:
+        """Back-to-back 30 s windows without timestamps; the next window encodes while one decodes."""
+        starts = list(range(0, max(n_content, 1), N_FRAMES))
+        progress = run.opts.progress
+
+        def segment(index: int) -> np.ndarray | None:
+            return self._window_features(run, waveform, mel, starts[index], n_content)
+
+        with EncoderAhead(self.lm.encode, segment, len(starts), enabled=self.pipeline) as ahead:
+            for index, start in enumerate(starts):
+                if progress:
+                    progress(start, n_content)
+                run.windows.append(self._transcribe_window(run, waveform, ahead, index, start, n_content))
+        if progress:
+            progress(n_content, n_content)
+
+    def _transcribe_seeking(self, run: _Run, waveform: np.ndarray, mel: np.ndarray, n_content: int) -> None:
+        """Windows decoded with timestamps, each starting where the last complete segment ended.
+
+        Where the next window starts is known only once this one is decoded, so nothing is
+        encoded ahead."""
+        seek, index, progress = 0, 0, run.opts.progress
+
+        def segment(_index: int) -> np.ndarray | None:
+            return self._window_features(run, waveform, mel, seek, n_content)
+
+        with EncoderAhead(self.lm.encode, segment, 1, enabled=False) as ahead:
+            while seek < max(n_content, 1):
+                if progress:
+                    progress(seek, n_content)
+                window = self._transcribe_window(run, waveform, ahead, index, seek, n_content)
+                run.windows.append(window)
+                seek = N_FRAMES + seek if window.numerics == "skipped" else max(seek + 1, round(window.end_s * 100))
+                index += 1
+        if progress:
+            progress(n_content, n_content)
 
     @staticmethod
     def _window_features(run: _Run, waveform: np.ndarray, mel: np.ndarray, start: int,
@@ -330,29 +391,40 @@ class WhisperEngine:
                 run.language, run.language_prob = self.lm.detect_language(encoder_output)
                 run.timings["language_s"] += time.perf_counter() - t1
             ahead.start_after(index)  # the next window encodes while this one decodes
-            prompt = self._prompt(run.language, run.opts, run.previous, run.initial)
+            prompt = self._prompt(run.language, run.opts, run.previous, run.initial, run.timestamps)
             max_new = min(MAX_POSITIONS // 2, MAX_POSITIONS - (len(prompt) - 1))
             numerics, reason, window_policy = self._choose_numerics(run.opts, run.chain, run.policy)
             rows = self._invariant_rows(run.ctx_frames)
             if rows[0] is None and numerics == "batch-invariant":
                 numerics, reason = "single-row", "no invariant row range for this encoder length"
             context = WindowContext(prompt=tuple(prompt), eot=eot, max_new_tokens=max_new,
-                                    previous_tokens=tuple(run.previous), initial_prompt_tokens=tuple(run.initial),
+                                    previous_tokens=tuple(run.previous + run.tail),
+                                    initial_prompt_tokens=tuple(run.initial),
                                     audio=samples, window_index=index)
             sampler = PositionSampler(run.opts.temperature, run.opts.seed, index) if run.opts.temperature else None
             tokens, used = self._decode(encoder_output, prompt, numerics, run.chain, window_policy, context, max_new,
                                         wstats, rows, run.guesser, gated=run.opts.numerics == "auto",
-                                        sampler=sampler)
+                                        sampler=sampler, timestamps=run.timestamps)
             if used != numerics:
                 numerics, reason = used, f"{reason}, but no draft after the first token"
         run.stats.merge(wstats)
         run.timings["prefill_s"] += wstats.prefill_s
         run.timings["decoder_s"] += wstats.prefill_s + wstats.steps_s
-        text_tokens = [t for t in tokens if t != eot]
-        run.tokens.extend(text_tokens)
-        run.previous.extend(t for t in text_tokens if t < eot)
-        return WindowResult(start / 100, end_frame / 100, self.tokenizer.decode(text_tokens), text_tokens, numerics,
-                            reason, wstats.to_dict())
+        emitted = [t for t in tokens if t != eot]
+        if run.timestamps:
+            split = split_window(emitted, self.tokenizer.special.timestamp_begin, eot, start / 100, end_frame - start)
+            kept = [t for _, _, part in split.segments for t in part]
+            segments = [Segment(a, b, self.tokenizer.decode(part)) for a, b, part in split.segments]
+            run.previous.extend(split.kept)
+            run.tail = split.tail
+            end_frame = start + split.advance_frames
+        else:
+            kept = [t for t in emitted if t < eot]
+            segments = [Segment(start / 100, end_frame / 100, self.tokenizer.decode(kept))] if kept else []
+            run.previous.extend(kept)
+        run.tokens.extend(kept)
+        return WindowResult(start / 100, end_frame / 100, self.tokenizer.decode(kept), emitted, numerics,
+                            reason, wstats.to_dict(), segments)
 
     def _result(self, run: _Run, waveform: np.ndarray) -> Result:
         used = {w.numerics for w in run.windows if w.numerics != "skipped"}
@@ -364,11 +436,13 @@ class WhisperEngine:
                       compute_type=self.lm.compute_type, threads=self.lm.threads,
                       decoder_threads=self.lm.decoder_threads, row_floor=self.row_floor,
                       row_ceiling=self.row_ceiling, speculation_available=self.row_floor is not None,
-                      audio_ctx=run.ctx_frames, temperature=run.opts.temperature, seed=run.opts.seed)
+                      audio_ctx=run.ctx_frames, temperature=run.opts.temperature, seed=run.opts.seed,
+                      timestamps=run.timestamps)
 
     # ------------------------------------------------------------------------------------------
-    def _prompt(self, language: str, opts: TranscribeOptions, previous: list[int], initial: list[int]) -> list[int]:
-        sot = self.tokenizer.sot_sequence(language, opts.task)
+    def _prompt(self, language: str, opts: TranscribeOptions, previous: list[int], initial: list[int],
+                timestamps: bool = False) -> list[int]:
+        sot = self.tokenizer.sot_sequence(language, opts.task, timestamps=timestamps)
         context = (initial + previous) if opts.condition_on_previous_text else initial
         if not context:
             return sot
@@ -407,7 +481,8 @@ class WhisperEngine:
     def _decode(self, encoder_output, prompt: list[int], numerics: str, chain: DrafterChain,
                 policy: AdaptiveDraftLength | FixedDraftLength, context: WindowContext, max_new: int,
                 wstats: DecodeStats, rows: tuple[int | None, int], guesser: BigramGuesser,
-                gated: bool = False, sampler: PositionSampler | None = None) -> tuple[list[int], str]:
+                gated: bool = False, sampler: PositionSampler | None = None,
+                timestamps: bool = False) -> tuple[list[int], str]:
         """The window's tokens and the numerics they were decoded in (``gated``: the policy chose
         the numerics, so the first-token gate may still turn the window single-row)."""
         eot = self.tokenizer.special.eot
@@ -426,7 +501,7 @@ class WhisperEngine:
         from .verifier import DecoderSession
 
         session = DecoderSession(self.lm, encoder_output, prompt, numerics, row_floor=rows[0] or 2,
-                                 row_ceiling=rows[1], sampler=sampler)
+                                 row_ceiling=rows[1], sampler=sampler, rules=self._timestamp_rules if timestamps else None)
         chain.begin(context)
         speculating = numerics == "batch-invariant" and bool(chain)
         # Filler rows carry a cheap guess while speculating; the no-speculation oracle uses a constant.
@@ -444,6 +519,12 @@ class WhisperEngine:
         chain.end(text_tokens)
         guesser.learn(text_tokens)
         return tokens, session.numerics
+
+    @property
+    def _timestamp_rules(self) -> TimestampRules:
+        special = self.tokenizer.special
+        return TimestampRules(eot=special.eot, no_timestamps=special.no_timestamps,
+                              timestamp_begin=special.timestamp_begin, vocab_size=self.lm.vocab_size)
 
     @staticmethod
     def _first_token_gate(chain: DrafterChain, policy) -> Callable[[list[int]], bool] | None:

@@ -9,8 +9,9 @@ This is the only place that drives the step API. Two numerics:
   same whatever the call's size and the token's row, so the emitted tokens cannot depend on what
   was drafted: drafts only decide how many tokens one call confirms.
 
-With a ``PositionSampler`` the session samples instead (temperature > 0): each position's token
-is a fixed function of its logits and the seed, so the same argument holds.
+With a ``PositionSampler`` the session samples instead (temperature > 0), and with
+``TimestampRules`` it forbids malformed timestamps: either way each position's token is a fixed
+function of its logits, the tokens before it and the seed, so the same argument holds.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 
 from .backend import MAX_POSITIONS, LoadedModel, to_host
 from .sampling import PositionSampler
+from .timestamps import TimestampRules
 
 Numerics = Literal["single-row", "batch-invariant"]
 
@@ -30,11 +32,15 @@ class DecoderSession:
     """KV-cached decoding of one window; never cloned, rolled back with ``truncate_to_step``."""
 
     def __init__(self, lm: LoadedModel, encoder_output, prompt: Sequence[int], numerics: Numerics,
-                 row_floor: int = 2, row_ceiling: int = 17, sampler: PositionSampler | None = None) -> None:
+                 row_floor: int = 2, row_ceiling: int = 17, sampler: PositionSampler | None = None,
+                 rules: TimestampRules | None = None) -> None:
         """``sampler``: pick tokens by temperature sampling with noise fixed per position (see
-        ``sampling``) instead of greedily; everything else, exactness included, is unchanged."""
+        ``sampling``) instead of greedily. ``rules``: decode with timestamps (see ``timestamps``).
+        Either needs each row's full logits on the host; exactness is unchanged."""
         self._lm = lm
         self._sampler = sampler
+        self._rules = rules
+        self._full_logits = sampler is not None or rules is not None
         self._model = lm.decoder
         self._encoder_output = encoder_output
         self._prompt = list(prompt)
@@ -53,34 +59,42 @@ class DecoderSession:
         the prompt's last token as a 1-row step differed on 2 near-ties.
         """
         self._state, logits = self._model.prefill(self._encoder_output, self._prompt)
-        scores = self._suppressed(to_host(logits))
-        scores[self._lm.suppress_begin] = -np.inf
-        return int(scores.argmax()) if self._sampler is None else self._sampler.pick(scores, 0)
+        return self._pick(logits, 0, [], begin=True)
 
-    def step(self, token: int) -> int:
-        """Feed one token in a 1-row call; return the next token (greedy's, or the sampler's)."""
-        if self._sampler is None:
-            return int(self._model.forward_step_greedy(self._state, token, self._suppress))
+    def step(self, history: Sequence[int]) -> int:
+        """Feed ``history[-1]`` (the window's tokens so far) in a 1-row call; return the next token."""
+        if not self._full_logits:
+            return int(self._model.forward_step_greedy(self._state, history[-1], self._suppress))
         position = self._state.current_step + 1 - len(self._prompt)
-        return self._sampler.pick(self._suppressed(to_host(self._model.forward_step(self._state, token))), position)
+        return self._pick(self._model.forward_step(self._state, history[-1]), position, history)
 
-    def _next_tokens(self, tokens: list[int], skip: int = 0) -> list[int]:
-        """Feed ``tokens`` in one call; the next token after each row from row ``skip`` on
-        (greedy's, or the sampler's).
+    def _next_tokens(self, tokens: list[int], emitted_before: Sequence[int], skip: int = 0) -> list[int]:
+        """Feed ``tokens`` in one call; the next token after each row from row ``skip`` on.
 
-        The sampler stops at the first row whose token differs from the next row's input: what
-        follows a rejected draft is never used, and each pick costs a vocabulary of noise."""
-        if self._sampler is None:
+        ``emitted_before``: the window's tokens before ``tokens[0]`` (what the timestamp rules of
+        a row look at). With full logits the picks stop at the first row whose token differs from
+        the next row's input: what follows a rejected draft is never used."""
+        if not self._full_logits:
             return self._model.forward_batch_greedy(self._state, tokens, self._suppress)[skip:]
         first = self._state.current_step + 1 - len(self._prompt)
         scores = to_host(self._model.forward_batch(self._state, tokens))
         scores = scores.reshape(-1, scores.shape[-1])
+        before = list(emitted_before)
         picks: list[int] = []
         for i in range(skip, len(tokens)):
-            picks.append(self._sampler.pick(self._suppressed(scores[i]), first + i))
+            picks.append(self._pick(scores[i], first + i, before + tokens[:i + 1]))
             if i + 1 < len(tokens) and picks[-1] != tokens[i + 1]:
                 break
         return picks
+
+    def _pick(self, logits, position: int, emitted: Sequence[int], begin: bool = False) -> int:
+        """The token of one row: suppression, timestamp rules, then greedy's or the sampler's choice."""
+        scores = self._suppressed(to_host(logits))
+        if begin:
+            scores[self._lm.suppress_begin] = -np.inf
+        if self._rules is not None:
+            self._rules.apply(emitted, scores)
+        return int(scores.argmax()) if self._sampler is None else self._sampler.pick(scores, position)
 
     def _suppressed(self, logits) -> np.ndarray:
         """One row of logits as float32 with the suppressed ids at -inf (a copy)."""
@@ -108,9 +122,9 @@ class DecoderSession:
         refeed = min(max(0, self.row_floor - len(rows)), len(history) - 1)
         if refeed:
             state.truncate_to_step(base - refeed)
-            preds = self._next_tokens(list(history[-1 - refeed:-1]) + rows, skip=refeed)
+            preds = self._next_tokens(list(history[-1 - refeed:-1]) + rows, history[:-1 - refeed], skip=refeed)
         else:
-            preds = self._next_tokens(rows)
+            preds = self._next_tokens(rows, history[:-1])
         accepted: list[int] = []
         eot = self._lm.tokenizer.special.eot
         for i in range(1, len(rows)):

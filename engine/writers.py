@@ -27,13 +27,13 @@ def render(result: Result, fmt: str, extra: dict | None = None) -> str:
         if extra:
             data.update(extra)
         return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
-    cues = [w for w in result.windows if w.text.strip()]
+    cues = [s for s in result.segments if s.text.strip()]  # timestamped segments, or whole windows
     if fmt == "srt":
-        return "".join(f"{i}\n{_timestamp(w.start_s, ',')} --> {_timestamp(w.end_s, ',')}\n{w.text.strip()}\n\n"
-                       for i, w in enumerate(cues, 1))
+        return "".join(f"{i}\n{_timestamp(c.start_s, ',')} --> {_timestamp(c.end_s, ',')}\n{c.text.strip()}\n\n"
+                       for i, c in enumerate(cues, 1))
     if fmt == "vtt":
-        return "WEBVTT\n\n" + "".join(f"{_timestamp(w.start_s, '.')} --> {_timestamp(w.end_s, '.')}\n{w.text.strip()}\n\n"
-                                      for w in cues)
+        return "WEBVTT\n\n" + "".join(f"{_timestamp(c.start_s, '.')} --> {_timestamp(c.end_s, '.')}\n{c.text.strip()}\n\n"
+                                      for c in cues)
     raise ValueError(f"unknown format {fmt}")
 
 

@@ -15,6 +15,16 @@ from specwhisper.verifier import DecoderSession
 _ENCODED: dict = {}
 
 
+def encode_window(engine, path: str, start_frame: int = 0):
+    """Encoder output of the 30 s window of ``path`` that starts at ``start_frame`` (cached per session)."""
+    key = (id(engine), path, start_frame)
+    if key not in _ENCODED:
+        mel = log_mel_spectrogram(load_audio(path), n_mels=engine.lm.n_mels)
+        n = content_frames(mel)
+        _ENCODED[key] = engine.lm.encode(window_features(mel[:, :min(start_frame + 3000, n)], start_frame))
+    return _ENCODED[key]
+
+
 def encode_clip(engine, path: str):
     """Encoder output of a single-window clip, features windowed as the engine does (cached per session)."""
     key = (id(engine), path)
@@ -30,14 +40,15 @@ def _encode(engine, path: str):
 
 
 def decode(engine, encoder_output, numerics: str, drafter=None, k: int = 4, language: str = "en",
-           filler=None, sampler=None) -> tuple[list[int], DecodeStats]:
+           filler=None, sampler=None, timestamps: bool = False) -> tuple[list[int], DecodeStats]:
     """Tokens (EOT excluded) and stats of one window through ``decode_window``."""
     tok = engine.tokenizer
-    prompt = tok.sot_sequence(language)
+    prompt = tok.sot_sequence(language, timestamps=timestamps)
     eot = tok.special.eot
     max_new = min(224, 448 - (len(prompt) - 1))
     session = DecoderSession(engine.lm, encoder_output, prompt, numerics, row_floor=engine.row_floor or 2,
-                             row_ceiling=engine.row_ceiling, sampler=sampler)
+                             row_ceiling=engine.row_ceiling, sampler=sampler,
+                             rules=engine._timestamp_rules if timestamps else None)
     drafter = drafter or NullDrafter()
     drafter.begin(WindowContext(prompt=tuple(prompt), eot=eot, max_new_tokens=max_new))
     stats = DecodeStats()
@@ -46,9 +57,9 @@ def decode(engine, encoder_output, numerics: str, drafter=None, k: int = 4, lang
     return [t for t in tokens if t != eot], stats
 
 
-def generate_tokens(engine, encoder_output, language: str = "en") -> list[int]:
-    """The fork's own greedy ``generate`` (CT2's native decoding)."""
-    prompt = engine.tokenizer.sot_sequence(language)
+def generate_tokens(engine, encoder_output, language: str = "en", timestamps: bool = False) -> list[int]:
+    """The fork's own greedy ``generate`` (CT2's native decoding, its own timestamp rules)."""
+    prompt = engine.tokenizer.sot_sequence(language, timestamps=timestamps)
     return list(engine.lm.model.generate(encoder_output, [prompt], beam_size=1)[0].sequences_ids[0])
 
 

@@ -1,0 +1,123 @@
+"""Timestamp decoding: the rules, the seek step, CT2's own timestamped greedy, exactness, long audio.
+
+Long audio decoded without timestamps ends windows early and drops speech (46 % WER on the
+LJSpeech long-form file); with timestamps and seeking each window starts where the last complete
+segment ended. The rules run per row in the verifier, so speculation still cannot change tokens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from adversarial import EarlyEot, Oracle, RandomIds, Repeater
+from clips import representative
+from conftest import load_manifest
+from decoding import decode, encode_window, generate_tokens
+from specwhisper.timestamps import TimestampRules, split_window
+
+# a toy vocabulary: text 0..9, EOT 10, notimestamps 11, timestamps 12..31
+EOT, NO_TS, TB, VOCAB = 10, 11, 12, 32
+RULES = TimestampRules(eot=EOT, no_timestamps=NO_TS, timestamp_begin=TB, vocab_size=VOCAB, max_initial_index=5)
+
+
+def _allowed(emitted: list[int], scores: np.ndarray | None = None) -> set[int]:
+    row = np.zeros(VOCAB, dtype=np.float32) if scores is None else scores.astype(np.float32).copy()
+    RULES.apply(emitted, row)
+    return {i for i in range(VOCAB) if np.isfinite(row[i])}
+
+
+def test_rules_shape_timestamps_as_whisper_was_trained():
+    assert _allowed([]) == set(range(TB, TB + 6))  # a timestamp first, at most max_initial
+    assert _allowed([TB]) == set(range(0, NO_TS))  # a lone first timestamp opens a segment: text or EOT
+    text_logits = np.zeros(VOCAB, dtype=np.float32)
+    text_logits[:EOT] = 5.0  # text far likelier than timestamps: the probability rule stays out
+    assert _allowed([TB, 3], text_logits) == set(range(0, NO_TS)) | set(range(TB, VOCAB))
+    eot_likely = np.zeros(VOCAB, dtype=np.float32)
+    eot_likely[EOT] = 5.0
+    assert _allowed([TB, 3, TB + 4], eot_likely) == {EOT} | set(range(TB + 4, VOCAB))  # a pair or the end; never back
+    assert _allowed([TB, 3, TB + 4]) == set(range(TB + 4, VOCAB))  # EOT loses to the timestamps' total
+    assert _allowed([TB, 3, TB + 4, TB + 4], text_logits) == set(range(0, NO_TS))  # after a pair: text
+    assert NO_TS not in _allowed([TB, 3], text_logits)
+    likely_stamp = np.zeros(VOCAB, dtype=np.float32)
+    likely_stamp[TB + 7:] = 3.0  # together likelier than the best text token
+    likely_stamp[2] = 4.0
+    assert _allowed([TB, 3], likely_stamp) == set(range(TB, VOCAB))
+
+
+def test_split_window_keeps_complete_segments_and_seeks_to_the_last_pair():
+    t = lambda s: TB + int(round(s / 0.02))  # noqa: E731
+    tokens = [t(0), 1, 2, t(0.1), t(0.1), 3, t(0.3), t(0.3), 4, 5, EOT]
+    split = split_window(tokens, TB, EOT, offset_s=10.0, window_frames=3000)
+    assert [(round(a, 2), round(b, 2), p) for a, b, p in split.segments] == [(10.0, 10.1, [1, 2]), (10.1, 10.3, [3])]
+    assert split.advance_frames == 30  # 0.30 s: the incomplete "4 5" is decoded again by the next window
+    assert split.tail == [TB, 4, 5]  # the tail relabelled to start the next window, for drafting
+    assert split.kept == tokens[:7]
+    ending = [t(0), 1, t(0.2), t(0.2), 2, t(0.36)]  # text closed by a single timestamp: the window is done
+    split = split_window(ending, TB, EOT, offset_s=0.0, window_frames=2000)
+    assert split.advance_frames == 2000 and split.tail == [] and len(split.segments) == 2
+    assert round(split.segments[-1][1], 2) == 0.36
+    open_end = [t(0), 1, 2]  # no pair at all: one segment to the end of the window's content
+    split = split_window(open_end, TB, EOT, offset_s=5.0, window_frames=1200)
+    assert split.advance_frames == 1200 and [(a, b) for a, b, _ in split.segments] == [(5.0, 17.0)]
+    stuck = [t(0), 1, t(0), t(0), 2]  # a pair at 0.00 would never advance
+    assert split_window(stuck, TB, EOT, offset_s=0.0, window_frames=3000).advance_frames == 3000
+
+
+def _longform(shared_data) -> list[dict]:
+    return load_manifest(shared_data / "longform" / "manifest.jsonl")
+
+
+def test_single_row_timestamps_equal_ct2_generate(base_engine, shared_data):
+    """Our rules in single-row numerics give CT2 ``generate``'s timestamped greedy tokens."""
+    windows = [(clip["path"], start) for clip in _longform(shared_data) for start in (0, 2700)]
+    windows += [(clip["path"], 0) for clip in representative(shared_data)[::9][:4]]
+    tb = base_engine.tokenizer.special.timestamp_begin
+    for path, start in windows:
+        enc = encode_window(base_engine, path, start)
+        ours, _ = decode(base_engine, enc, "single-row", timestamps=True)
+        assert ours == generate_tokens(base_engine, enc, timestamps=True), f"{path} @ {start}"
+        assert ours[0] >= tb and any(t >= tb for t in ours[1:]), "no timestamps decoded"
+
+
+def test_timestamped_speculation_is_exact_with_adversarial_drafters(base_engine, shared_data):
+    eot, vocab = base_engine.tokenizer.special.eot, base_engine.lm.vocab_size
+    for seed, clip in enumerate(_longform(shared_data)):
+        enc = encode_window(base_engine, clip["path"], 0)
+        oracle, _ = decode(base_engine, enc, "batch-invariant", timestamps=True)
+        drafters = {"random": RandomIds(seed, vocab), "early_eot": EarlyEot(eot), "repeat": Repeater(),
+                    "flip": Oracle(oracle, eot, flip=True, seed=seed), "overlong": Oracle(oracle, eot, overlong=True)}
+        for (name, drafter), k in zip(drafters.items(), (1, 3, 5, 8, 16)):
+            tokens, _ = decode(base_engine, enc, "batch-invariant", drafter, k=k, filler=base_engine.guesser,
+                               timestamps=True)
+            assert tokens == oracle, f"{clip['audio']}: drafter {name} K={k} changed the timestamped output"
+        tokens, stats = decode(base_engine, enc, "batch-invariant", Oracle(oracle, eot), k=8, timestamps=True)
+        assert tokens == oracle and stats.verify_calls < len(oracle) / 2
+
+
+@pytest.fixture(scope="module")
+def ljspeech(shared_data) -> dict:
+    return next(c for c in _longform(shared_data) if c["audio"].startswith("ljspeech"))
+
+
+def test_long_audio_seeks_by_segment_and_keeps_the_speech(base_model_dir, ljspeech):
+    """Timestamps (the default beyond 30 s) keep the speech that fixed windows drop, and the
+    segments tile the audio; speculation with prompt lookup leaves every window's tokens alone."""
+    from benchmarks.metrics import clip_errors
+    from specwhisper import WhisperEngine
+
+    engine = WhisperEngine(base_model_dir, compute_type="int8", threads=2)
+    seeking = engine.transcribe(ljspeech["path"], language="en", numerics="batch-invariant")
+    fixed = engine.transcribe(ljspeech["path"], language="en", numerics="batch-invariant", timestamps="off")
+    assert seeking.timestamps and not fixed.timestamps
+    errors, words = clip_errors(seeking.text, [ljspeech["text"]])
+    fixed_errors, _ = clip_errors(fixed.text, [ljspeech["text"]])
+    assert errors / words < 0.12 and fixed_errors > 3 * errors, (errors, fixed_errors, words)
+    segments = seeking.segments
+    assert all(a.end_s <= b.start_s + 1e-6 and a.start_s <= a.end_s for a, b in zip(segments, segments[1:]))
+    assert segments[-1].end_s > seeking.duration_s - 10.0
+    starts = [w.start_s for w in seeking.windows]
+    assert len(starts) > len(fixed.windows) and starts == sorted(set(starts))
+    plain = engine.transcribe(ljspeech["path"], language="en", numerics="batch-invariant", speculation=False)
+    assert [w.tokens for w in plain.windows] == [w.tokens for w in seeking.windows]
+    assert seeking.stats["verify_calls"] > 0
