@@ -42,7 +42,7 @@ SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
     SystemSpec("fork-spec-self", "fork", "the fork's C++ generate_speculative, draft = the model itself"),
     SystemSpec("fork-spec-draft", "fork", "the fork's C++ generate_speculative, draft = --draft with d2m/m2d"),
     SystemSpec("ct2-greedy", "peer", "upstream CTranslate2 generate(), beam 1 (peer venv)"),
-    SystemSpec("fw-greedy", "peer", "faster-whisper beam 1, temperature 0, no timestamps (peer venv)"),
+    SystemSpec("fw-greedy", "peer", "faster-whisper beam 1, temperature 0, timestamps beyond 30 s (peer venv)"),
     SystemSpec("fw-default", "peer", "faster-whisper defaults: beam 5, fallback, timestamps (peer venv)"),
 )}
 

@@ -52,9 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--audio-ctx", default="full",
                    help="encoder context: full (default, lossless), auto (short audio gets a short window: faster, "
                         "may change text), or mel frames 600|1000|1500|2000")
-    t.add_argument("--temperature", type=float, default=0.0,
+    t.add_argument("--temperature", default="0",
                    help="sample at this temperature instead of greedy (default 0: greedy); speculation keeps "
-                        "the tokens of the same --seed")
+                        "the tokens of the same --seed. A list such as 0,0.2,0.4,0.6,0.8,1.0 (faster-whisper's "
+                        "default) decodes a window again at the next temperature while its text loops "
+                        "(gzip compression ratio above 2.4)")
     t.add_argument("--seed", type=int, default=0, help="sampling seed: same seed, same text (default 0)")
     t.add_argument("--timestamps", default="auto", choices=["auto", "on", "off"],
                    help="decode with timestamps: segments, and each window starts where the last complete "
@@ -138,7 +140,7 @@ def _dispatch(args) -> int:
                             ("draft_model", None),
                             ("prompt_lookup", True), ("learn", False), ("learn_save", None), ("stats", True),
                             ("condition_on_previous_text", False), ("initial_prompt", None),
-                            ("audio_ctx", "full"), ("temperature", 0.0), ("seed", 0),
+                            ("audio_ctx", "full"), ("temperature", "0"), ("seed", 0),
                             ("timestamps", "auto")):
             setattr(args, name, value)
         return _transcribe(args)

@@ -29,10 +29,12 @@ class PositionSampler:
     temperature: float
     seed: int
     window: int = 0
+    attempt: int = 0  # the temperature fallback's retry of a window draws fresh noise
 
     def noise(self, position: int, size: int) -> np.ndarray:
         """Standard Gumbel noise for ``position``: the same array every time it is asked for."""
-        u = np.random.default_rng([self.seed, self.window, position]).random(size)
+        key = [self.seed, self.window, position] + ([self.attempt] if self.attempt else [])
+        u = np.random.default_rng(key).random(size)
         with np.errstate(divide="ignore"):
             return -np.log(-np.log(u))  # u == 0 gives -inf: that token is never picked
 

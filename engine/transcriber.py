@@ -22,6 +22,7 @@ from .drafters.base import Drafter, NullDrafter, WindowContext
 from .drafters.bigram import BigramGuesser
 from .drafters.chain import DrafterChain
 from .errors import SpecWhisperError
+from .fallback import COMPRESSION_RATIO_THRESHOLD, compression_ratio, ladder, parse_temperatures
 from .features import N_FRAMES, content_frames, log_mel_spectrogram, short_window_features, window_features
 from .model_store import resolve_model
 from .pipeline import EncoderAhead
@@ -33,7 +34,7 @@ from .policy import (
     choose_numerics,
     expected_tokens,
 )
-from .sampling import MAX_TEMPERATURE, PositionSampler
+from .sampling import PositionSampler
 from .stats import DecodeStats
 from .timestamps import TimestampRules, split_window
 
@@ -59,7 +60,8 @@ class TranscribeOptions:
     condition_on_previous_text: bool = False
     initial_prompt: str | None = None
     audio_ctx: str | int = "full"
-    temperature: float = 0.0
+    temperature: float | tuple[float, ...] = 0.0  # a tuple: fallback ladder (see ``fallback``)
+    compression_ratio_threshold: float = COMPRESSION_RATIO_THRESHOLD
     seed: int = 0
     timestamps: str = "auto"
     progress: Callable[[int, int], None] | None = None  # (10 ms frames done, frames in all)
@@ -76,14 +78,7 @@ class TranscribeOptions:
         if self.timestamps not in TIMESTAMPS_CHOICES:
             raise SpecWhisperError(f"unknown timestamps setting {self.timestamps!r}", where="--timestamps",
                                    hint="use auto (on for audio longer than 30 s), on or off")
-        try:
-            temperature = float(self.temperature)
-        except (TypeError, ValueError):
-            temperature = float("nan")
-        if not (0.0 <= temperature <= MAX_TEMPERATURE):  # NaN fails too
-            raise SpecWhisperError(f"temperature {self.temperature!r} out of range", where="--temperature",
-                                   hint=f"use 0 (greedy) up to {MAX_TEMPERATURE:g}")
-        object.__setattr__(self, "temperature", temperature)
+        object.__setattr__(self, "temperature", parse_temperatures(self.temperature))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise SpecWhisperError(f"seed {self.seed!r} is not a non-negative integer", where="--seed",
                                    hint="use a whole number such as 0")
@@ -114,6 +109,7 @@ class WindowResult:
     numerics_reason: str
     stats: dict
     segments: list[Segment] = field(default_factory=list)
+    temperature: float = 0.0  # the temperature of the attempt kept (see ``fallback``)
 
 
 @dataclass
@@ -139,7 +135,7 @@ class Result:
     speculation_available: bool = True
     audio_ctx: int = N_FRAMES
     audio_ctx_fallback: str | None = None
-    temperature: float = 0.0
+    temperature: float | tuple[float, ...] = 0.0
     seed: int = 0
     timestamps: bool = False
 
@@ -161,7 +157,7 @@ class Result:
                          for s in self.segments],
             "windows": [
                 {"start_s": w.start_s, "end_s": w.end_s, "text": w.text, "tokens": w.tokens, "numerics": w.numerics,
-                 "numerics_reason": w.numerics_reason, "stats": w.stats}
+                 "numerics_reason": w.numerics_reason, "stats": w.stats, "temperature": w.temperature}
                 for w in self.windows
             ],
             "model": self.model,
@@ -401,10 +397,15 @@ class WhisperEngine:
                                     previous_tokens=tuple(run.previous + run.tail),
                                     initial_prompt_tokens=tuple(run.initial),
                                     audio=samples, window_index=index)
-            sampler = PositionSampler(run.opts.temperature, run.opts.seed, index) if run.opts.temperature else None
-            tokens, used = self._decode(encoder_output, prompt, numerics, run.chain, window_policy, context, max_new,
-                                        wstats, rows, run.guesser, gated=run.opts.numerics == "auto",
-                                        sampler=sampler, timestamps=run.timestamps)
+            temperatures = ladder(run.opts.temperature)
+            for attempt, temperature in enumerate(temperatures):
+                sampler = PositionSampler(temperature, run.opts.seed, index, attempt) if temperature else None
+                tokens, used = self._decode(encoder_output, prompt, numerics, run.chain, window_policy, context,
+                                            max_new, wstats, rows, run.guesser, gated=run.opts.numerics == "auto",
+                                            sampler=sampler, timestamps=run.timestamps)
+                ratio = compression_ratio(self.tokenizer.decode([t for t in tokens if t < eot]))
+                if attempt + 1 == len(temperatures) or ratio <= run.opts.compression_ratio_threshold:
+                    break
             if used != numerics:
                 numerics, reason = used, f"{reason}, but no draft after the first token"
         run.stats.merge(wstats)
@@ -424,7 +425,7 @@ class WhisperEngine:
             run.previous.extend(kept)
         run.tokens.extend(kept)
         return WindowResult(start / 100, end_frame / 100, self.tokenizer.decode(kept), emitted, numerics,
-                            reason, wstats.to_dict(), segments)
+                            reason, wstats.to_dict(), segments, temperature)
 
     def _result(self, run: _Run, waveform: np.ndarray) -> Result:
         used = {w.numerics for w in run.windows if w.numerics != "skipped"}

@@ -1,0 +1,47 @@
+"""Temperature fallback: a window whose greedy text loops is decoded again at the next temperature.
+
+The decision reads only an attempt's text, and every attempt is exact under speculation, so the
+fallback keeps speculation lossless; it also removes the loops greedy falls into on digit strings.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import load_manifest
+from specwhisper.errors import SpecWhisperError
+from specwhisper.fallback import COMPRESSION_RATIO_THRESHOLD, LADDER, compression_ratio, parse_temperatures
+
+
+def test_compression_ratio_tells_loops_from_speech():
+    speech = "And so my fellow Americans, ask not what your country can do for you, ask what you can do."
+    assert compression_ratio(speech) < COMPRESSION_RATIO_THRESHOLD
+    assert compression_ratio("9-10-7-4-3-" + "6-" * 120) > COMPRESSION_RATIO_THRESHOLD
+    assert compression_ratio("") == 0.0
+
+
+def test_temperatures_parse_as_one_value_or_a_ladder():
+    assert parse_temperatures("0") == 0.0 and parse_temperatures(0.7) == 0.7
+    assert parse_temperatures("0,0.2,0.4,0.6,0.8,1.0") == LADDER
+    assert parse_temperatures([0, 0.5]) == (0.0, 0.5)
+    for bad in ("0,abc", "", "-1", ",", [], "0,11"):
+        with pytest.raises(SpecWhisperError):
+            parse_temperatures(bad)
+
+
+def test_fallback_breaks_a_loop_and_speculation_keeps_every_attempt(base_model_dir, shared_data):
+    from specwhisper import WhisperEngine
+
+    clip = next(c for c in load_manifest(shared_data / "longform" / "manifest.jsonl") if c["audio"] == "longform.flac")
+    engine = WhisperEngine(base_model_dir, compute_type="int8", threads=2)
+    options = dict(language="en", numerics="batch-invariant", condition_on_previous_text=True, temperature=LADDER,
+                   seed=3)
+    plain = engine.transcribe(clip["path"], speculation=False, **options)
+    drafted = engine.transcribe(clip["path"], **options)
+    assert [w.tokens for w in drafted.windows] == [w.tokens for w in plain.windows]
+    assert [w.temperature for w in drafted.windows] == [w.temperature for w in plain.windows]
+    retried = [w for w in plain.windows if w.temperature > 0]
+    assert retried, "greedy with the previous text as prompt loops on this file: a window must fall back"
+    for w in plain.windows:
+        assert compression_ratio(engine.tokenizer.decode([t for t in w.tokens if t < engine.tokenizer.special.eot])) \
+            <= COMPRESSION_RATIO_THRESHOLD or w.temperature == LADDER[-1]
