@@ -488,38 +488,53 @@ class WhisperEngine:
         the numerics, so the first-token gate may still turn the window single-row)."""
         eot = self.tokenizer.special.eot
         if numerics == "native":
-            t0 = time.perf_counter()
-            sampling = {}
-            if sampler is not None:  # CT2's own sampler: reproducible per process, not per position
-                _import_ct2().set_random_seed(sampler.seed + sampler.window)
-                sampling = {"sampling_topk": 0, "sampling_temperature": sampler.temperature}
-            result = self.lm.model.generate(encoder_output, [prompt], beam_size=1, max_length=MAX_POSITIONS,
-                                            **sampling)[0]
-            wstats.steps_s += time.perf_counter() - t0
-            tokens = list(result.sequences_ids[0])
-            wstats.tokens += len(tokens)
+            tokens = self._generate(self.lm.model, encoder_output, prompt, wstats, sampler)
             return tokens, numerics
-        from .verifier import DecoderSession
-
-        session = DecoderSession(self.lm, encoder_output, prompt, numerics, row_floor=rows[0] or 2,
-                                 row_ceiling=rows[1], sampler=sampler, rules=self._timestamp_rules if timestamps else None)
         chain.begin(context)
-        speculating = numerics == "batch-invariant" and bool(chain)
-        # Filler rows carry a cheap guess while speculating; the no-speculation oracle uses a constant.
-        filler = self._filler(guesser) if speculating else (lambda _tokens: eot)
-        gate = self._first_token_gate(chain, policy) if speculating and gated else None
-        tokens = decode_window(session, chain if speculating else NullDrafter(), policy, max_new, eot, wstats, filler,
-                               gate)
-        if session.numerics != numerics:
-            speculating = False
+        if numerics == "single-row" and timestamps and sampler is None:
+            # CT2's own loop applies the same timestamp rules (tested token for token) without
+            # copying each step's logits to Python: the fastest single-row greedy, as faster-whisper's.
+            tokens = self._generate(self.lm.decoder, encoder_output, prompt, wstats, None)
+            if len(tokens) < max_new:
+                tokens.append(eot)
+            used = numerics
+        else:
+            from .verifier import DecoderSession
+
+            session = DecoderSession(self.lm, encoder_output, prompt, numerics, row_floor=rows[0] or 2,
+                                     row_ceiling=rows[1], sampler=sampler,
+                                     rules=self._timestamp_rules if timestamps else None)
+            speculating = numerics == "batch-invariant" and bool(chain)
+            # Filler rows carry a cheap guess while speculating; the no-speculation oracle uses a constant.
+            filler = self._filler(guesser) if speculating else (lambda _tokens: eot)
+            gate = self._first_token_gate(chain, policy) if speculating and gated else None
+            tokens = decode_window(session, chain if speculating else NullDrafter(), policy, max_new, eot, wstats,
+                                   filler, gate)
+            used = session.numerics
         text_tokens = [t for t in tokens if t != eot]
-        if not speculating and chain:  # costly drafters (draft models) stay out of the shadow
+        if chain and used != "batch-invariant":  # costly drafters (draft models) stay out of the shadow
             shadow = DrafterChain([d for d in chain.drafters if not getattr(d, "costly", False)])
             if shadow:
                 shadow_replay(shadow, tokens, policy.draft_len(), wstats, policy)
         chain.end(text_tokens)
         guesser.learn(text_tokens)
-        return tokens, session.numerics
+        return tokens, used
+
+    @staticmethod
+    def _generate(model, encoder_output, prompt: list[int], wstats: DecodeStats,
+                  sampler: PositionSampler | None) -> list[int]:
+        """A window through CT2's ``generate`` (beam 1): no step API, or single-row with timestamps."""
+        t0 = time.perf_counter()
+        sampling = {}
+        if sampler is not None:  # CT2's own sampler: reproducible per process, not per position
+            _import_ct2().set_random_seed(sampler.seed + sampler.window)
+            sampling = {"sampling_topk": 0, "sampling_temperature": sampler.temperature}
+        result = model.generate(encoder_output, [prompt], beam_size=1, max_length=MAX_POSITIONS, **sampling)[0]
+        wstats.steps_s += time.perf_counter() - t0
+        tokens = list(result.sequences_ids[0])
+        wstats.tokens += len(tokens)
+        wstats.steps += max(0, len(tokens) - 1)
+        return tokens
 
     @property
     def _timestamp_rules(self) -> TimestampRules:
