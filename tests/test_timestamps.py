@@ -118,6 +118,12 @@ def test_long_audio_seeks_by_segment_and_keeps_the_speech(base_model_dir, ljspee
     assert segments[-1].end_s > seeking.duration_s - 10.0
     starts = [w.start_s for w in seeking.windows]
     assert len(starts) > len(fixed.windows) and starts == sorted(set(starts))
+    from specwhisper.writers import render
+
+    srt = render(seeking, "srt")
+    cues = [c for c in srt.strip().split("\n\n") if c]
+    assert len(cues) == len([s for s in segments if s.text.strip()]) > len(seeking.windows)
+    assert cues[1].splitlines()[1].startswith("00:00:") and " --> " in cues[1]
     plain = engine.transcribe(ljspeech["path"], language="en", numerics="batch-invariant", speculation=False)
     assert [w.tokens for w in plain.windows] == [w.tokens for w in seeking.windows]
     assert seeking.stats["verify_calls"] > 0
