@@ -66,3 +66,21 @@ class Repeater(_Base):
 
     def propose(self, tokens, k):
         return [tokens[-1]] * k
+
+
+def check_exact_under_adversaries(engine, encoder_output, seed: int, label: str, **options) -> list[int]:
+    """Random ids, early EOT, a repeater, a flipped and an overlong oracle (K 1, 3, 5, 8, 16) never
+    change the batch-invariant tokens of ``decode(..., **options)`` (a sampler, timestamps), and a
+    right drafter is accepted. Returns the tokens."""
+    from decoding import decode
+
+    eot, vocab = engine.tokenizer.special.eot, engine.lm.vocab_size
+    oracle, _ = decode(engine, encoder_output, "batch-invariant", **options)
+    drafters = {"random": RandomIds(seed, vocab), "early_eot": EarlyEot(eot), "repeat": Repeater(),
+                "flip": Oracle(oracle, eot, flip=True, seed=seed), "overlong": Oracle(oracle, eot, overlong=True)}
+    for (name, drafter), k in zip(drafters.items(), (1, 3, 5, 8, 16)):
+        tokens, _ = decode(engine, encoder_output, "batch-invariant", drafter, k=k, filler=engine.guesser, **options)
+        assert tokens == oracle, f"{label}: drafter {name} K={k} changed the output"
+    tokens, stats = decode(engine, encoder_output, "batch-invariant", Oracle(oracle, eot), k=8, **options)
+    assert tokens == oracle and stats.verify_calls < len(oracle) / 2  # right drafts are accepted
+    return oracle

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from adversarial import EarlyEot, Oracle, RandomIds, Repeater
+from adversarial import check_exact_under_adversaries
 from clips import representative
 from conftest import load_manifest
 from decoding import decode, encode_window, generate_tokens
@@ -81,18 +81,9 @@ def test_single_row_timestamps_equal_ct2_generate(base_engine, shared_data):
 
 
 def test_timestamped_speculation_is_exact_with_adversarial_drafters(base_engine, shared_data):
-    eot, vocab = base_engine.tokenizer.special.eot, base_engine.lm.vocab_size
     for seed, clip in enumerate(_longform(shared_data)):
         enc = encode_window(base_engine, clip["path"], 0)
-        oracle, _ = decode(base_engine, enc, "batch-invariant", timestamps=True)
-        drafters = {"random": RandomIds(seed, vocab), "early_eot": EarlyEot(eot), "repeat": Repeater(),
-                    "flip": Oracle(oracle, eot, flip=True, seed=seed), "overlong": Oracle(oracle, eot, overlong=True)}
-        for (name, drafter), k in zip(drafters.items(), (1, 3, 5, 8, 16)):
-            tokens, _ = decode(base_engine, enc, "batch-invariant", drafter, k=k, filler=base_engine.guesser,
-                               timestamps=True)
-            assert tokens == oracle, f"{clip['audio']}: drafter {name} K={k} changed the timestamped output"
-        tokens, stats = decode(base_engine, enc, "batch-invariant", Oracle(oracle, eot), k=8, timestamps=True)
-        assert tokens == oracle and stats.verify_calls < len(oracle) / 2
+        check_exact_under_adversaries(base_engine, enc, seed, f"{clip['audio']} with timestamps", timestamps=True)
 
 
 @pytest.fixture(scope="module")
