@@ -49,6 +49,9 @@ def test_long_form_exact_with_prompt_lookup(base_model_dir, shared_data):
 
     engine = WhisperEngine(base_model_dir, threads=2, prompt_lookup=True)
     for path in sorted((shared_data / "longform").glob("*.flac")):
-        oracle = engine.transcribe(path, language="en", numerics="batch-invariant", speculation=False)
-        spec = engine.transcribe(path, language="en", numerics="batch-invariant")
-        assert spec.tokens == oracle.tokens, path.name
+        for timestamps in ("on", "off"):  # seeking by segment, and fixed 30 s windows
+            options = dict(language="en", numerics="batch-invariant", timestamps=timestamps)
+            oracle = engine.transcribe(path, speculation=False, **options)
+            spec = engine.transcribe(path, **options)
+            assert [w.tokens for w in spec.windows] == [w.tokens for w in oracle.windows], (path.name, timestamps)
+            assert spec.tokens == oracle.tokens
