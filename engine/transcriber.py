@@ -79,6 +79,9 @@ class TranscribeOptions:
             raise SpecWhisperError(f"unknown timestamps setting {self.timestamps!r}", where="--timestamps",
                                    hint="use auto (on for audio longer than 30 s), on or off")
         object.__setattr__(self, "temperature", parse_temperatures(self.temperature))
+        if not (self.compression_ratio_threshold > 0):
+            raise SpecWhisperError(f"compression ratio threshold {self.compression_ratio_threshold!r} must be "
+                                   "positive", where="compression_ratio_threshold", hint="use e.g. 2.4 (the default)")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise SpecWhisperError(f"seed {self.seed!r} is not a non-negative integer", where="--seed",
                                    hint="use a whole number such as 0")
@@ -356,6 +359,8 @@ class WhisperEngine:
                     progress(seek, n_content)
                 window = self._transcribe_window(run, waveform, ahead, index, seek, n_content)
                 run.windows.append(window)
+                if run.ctx_frames < N_FRAMES:  # a short encoder window holds the whole (short) clip
+                    break
                 seek = N_FRAMES + seek if window.numerics == "skipped" else max(seek + 1, round(window.end_s * 100))
                 index += 1
         if progress:

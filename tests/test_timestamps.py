@@ -118,3 +118,20 @@ def test_long_audio_seeks_by_segment_and_keeps_the_speech(base_model_dir, ljspee
     plain = engine.transcribe(ljspeech["path"], language="en", numerics="batch-invariant", speculation=False)
     assert [w.tokens for w in plain.windows] == [w.tokens for w in seeking.windows]
     assert seeking.stats["verify_calls"] > 0
+
+
+def test_short_clip_with_timestamps_gives_timed_segments(base_engine, shared_data):
+    """``--timestamps on`` on a short clip: segments inside the clip; with a short encoder window
+    (``--audio-ctx auto``) the one window holds the whole clip and is decoded once."""
+    path = shared_data / "real/audio/jfk.flac"
+    plain = base_engine.transcribe(path, language="en", numerics="single-row", timestamps="off")
+    for audio_ctx in ("full", "auto"):
+        timed = base_engine.transcribe(path, language="en", numerics="single-row", timestamps="on",
+                                       audio_ctx=audio_ctx)
+        assert timed.timestamps and not plain.timestamps
+        if audio_ctx == "auto":
+            assert len(timed.windows) == 1
+        segments = timed.segments
+        assert segments and segments[0].start_s >= 0.0 and segments[-1].end_s <= timed.duration_s + 0.5
+        assert "ask not what your country" in timed.text.lower()
+        assert timed.text.count("ask not") == plain.text.count("ask not") == 1
