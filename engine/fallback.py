@@ -46,7 +46,8 @@ def _one(value) -> float:
     except (TypeError, ValueError):
         t = float("nan")
     if not (0.0 <= t <= MAX_TEMPERATURE):  # NaN fails too
-        raise SpecWhisperError(f"temperature {value!r} out of range", where="--temperature",
+        raise SpecWhisperError(f"temperature {value!r} is not a number from 0 to {MAX_TEMPERATURE:g}",
+                               where="--temperature",
                                hint=f"use 0 (greedy) up to {MAX_TEMPERATURE:g}, or a fallback list such as "
                                     f"{','.join(f'{x:g}' for x in LADDER)}")
     return t
