@@ -11,6 +11,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import SpecWhisperError
+from .features import N_FRAMES
 
 SAMPLE = Path(__file__).parent / "samples" / "morning.flac"
 
@@ -217,7 +218,7 @@ def _progress_printer(path: str):
     start = time.perf_counter()
 
     def show(done: int, total: int) -> None:
-        if total > 3000:  # more than one window
+        if total > N_FRAMES:  # more than one window
             end = "\n" if done == total else ""
             print(f"\r{Path(path).name}: {done / 100:.0f}/{total / 100:.0f} s of audio "
                   f"({time.perf_counter() - start:.1f} s)", end=end,

@@ -10,6 +10,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -408,8 +409,8 @@ class WhisperEngine:
                 tokens, used = self._decode(encoder_output, prompt, numerics, run.chain, window_policy, context,
                                             max_new, wstats, rows, run.guesser, gated=run.opts.numerics == "auto",
                                             sampler=sampler, timestamps=run.timestamps)
-                ratio = compression_ratio(self.tokenizer.decode([t for t in tokens if t < eot]))
-                if attempt + 1 == len(temperatures) or ratio <= run.opts.compression_ratio_threshold:
+                if attempt + 1 == len(temperatures) or compression_ratio(
+                        self.tokenizer.decode([t for t in tokens if t < eot])) <= run.opts.compression_ratio_threshold:
                     break
             if used != numerics:
                 numerics, reason = used, f"{reason}, but no draft after the first token"
@@ -420,16 +421,18 @@ class WhisperEngine:
         if run.timestamps:
             split = split_window(emitted, self.tokenizer.special.timestamp_begin, eot, start / 100, end_frame - start)
             kept = [t for _, _, part in split.segments for t in part]
+            text = self.tokenizer.decode(kept)
             segments = [Segment(a, b, self.tokenizer.decode(part)) for a, b, part in split.segments]
             run.previous.extend(split.kept)
             run.tail = split.tail
             end_frame = start + split.advance_frames
         else:
             kept = [t for t in emitted if t < eot]
-            segments = [Segment(start / 100, end_frame / 100, self.tokenizer.decode(kept))] if kept else []
+            text = self.tokenizer.decode(kept)
+            segments = [Segment(start / 100, end_frame / 100, text)] if kept else []
             run.previous.extend(kept)
         run.tokens.extend(kept)
-        return WindowResult(start / 100, end_frame / 100, self.tokenizer.decode(kept), emitted, numerics,
+        return WindowResult(start / 100, end_frame / 100, text, emitted, numerics,
                             reason, wstats.to_dict(), segments, temperature)
 
     def _result(self, run: _Run, waveform: np.ndarray) -> Result:
@@ -541,7 +544,7 @@ class WhisperEngine:
         wstats.steps += max(0, len(tokens) - 1)
         return tokens
 
-    @property
+    @cached_property
     def _timestamp_rules(self) -> TimestampRules:
         special = self.tokenizer.special
         return TimestampRules(eot=special.eot, no_timestamps=special.no_timestamps,
