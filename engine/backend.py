@@ -226,7 +226,7 @@ class LoadedModel:
             pass
         thread_part = f"{self.threads}/{self.decoder_threads}" if threads else "-"
         return "|".join(str(p) for p in (ctranslate2.__version__, cpu, self.device, self.compute_type, thread_part,
-                                         self.model_dir.resolve(), stat.st_size, int(stat.st_mtime)))
+                                         self.model_dir.resolve(), stat.st_size, int(stat.st_mtime), kernel_env()))
 
     def _run_selftest(self, key: str, encoder_frames: int) -> SelfTestResult:
         """Decode one fixed token sequence in calls of many shapes and compare logits bitwise.
@@ -256,6 +256,20 @@ class LoadedModel:
         diffs["1-row"] = float(np.abs(single[:4] - reference[:4]).max())
         return SelfTestResult(row_floor=floor, row_ceiling=ceiling, single_row_matches=diffs["1-row"] == 0.0,
                               max_abs_diff_by_rows=diffs, seconds=time.perf_counter() - t0, key=key)
+
+
+def kernel_env() -> str:
+    """CTranslate2 settings from the environment that can change which kernels run.
+
+    ``CT2_USE_MKL=0`` moves int8 GEMMs on Intel CPUs from MKL to oneDNN: on this project's Xeon
+    that changes the row floor from 3 to 2 and the ceiling from 17 to 12, so a cached self-test
+    or cost curve is valid only for the settings it was measured under.
+    """
+    return ",".join(f"{k}={v}" for k, v in sorted(os.environ.items())
+                    if k.startswith("CT2_") and k not in _KERNEL_NEUTRAL_ENV) or "-"
+
+
+_KERNEL_NEUTRAL_ENV = frozenset({"CT2_VERBOSE"})
 
 
 def to_host(view) -> np.ndarray:
