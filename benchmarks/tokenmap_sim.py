@@ -1,11 +1,13 @@
 """Offline drafting quality of the token-map drafter, without the decoder.
 
 Reference transcripts stand in for model output (tokenised as the model emits them: " " + text,
-then EOT). Each utterance is replayed the way the decoding loop runs: the first token comes from
-the prompt call, then every round the policy picks K, the drafter proposes up to K tokens, rows up
-to the row floor are filled with the drafter's guess, the verifier accepts the matching prefix plus
-one token of its own, and the drafter is told how many it got right. Cost: a verify call of r rows
-costs c(r) single-row steps (the engine's default CPU curve), greedy costs one step per token.
+then EOT). Each utterance runs through the engine's own decoding loop (``decode_window``) against
+an oracle session (``oracle_session``): the first token comes from the prompt call, then every
+round the policy picks K, the drafter proposes up to K tokens, rows up to the row floor are filled
+with the drafter's guess, the oracle accepts the matching prefix plus one token of its own, and
+the drafter is told how many it got right. Cost: a verify call of r rows costs c(r) single-row
+steps (the engine's default CPU curve), greedy costs one step per token. Reference text is what
+was said, not what the model heard: ``draft_replay`` replays the model's own tokens instead.
 
     python -m benchmarks.tokenmap_sim --model /path/to/base [--k auto|8] [--json out.json]
 
@@ -27,11 +29,15 @@ from pathlib import Path
 
 import numpy as np
 
+from specwhisper.decoder import decode_window
 from specwhisper.drafters.base import WindowContext
 from specwhisper.drafters.tokenmap_drafter import TokenMapDrafter
 from specwhisper.policy import AdaptiveDraftLength, FixedDraftLength, VerifyCost
+from specwhisper.stats import DecodeStats
 from specwhisper.tokenizer import WhisperTokenizer
 from specwhisper.tokenmap import TokenMap, build_token_map
+
+from .oracle_session import OracleSession
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -103,41 +109,55 @@ class NaiveNgramDrafter:
 
 def simulate(drafter, utterances: list[list[int]], window: WindowContext, policy, cost: VerifyCost,
              row_floor: int) -> SimStats:
-    """Replay each utterance (text tokens) through draft -> verify -> accept; see module docstring."""
+    """Replay each utterance (text tokens) through the engine's loop against an oracle; see module docstring."""
     eot = window.eot
     st = SimStats()
+    counting = _CountingDrafter(drafter)
+
+    def filler(tokens: Sequence[int]) -> int:
+        g = drafter.guess(tokens)
+        return eot if g is None else g
+
     for text in utterances:
-        ref = [*text, eot]
-        drafter.begin(window)
-        out = [ref[0]]
+        stats = DecodeStats()
+        counting.begin(window)
+        decode_window(OracleSession(text, eot, "batch-invariant", row_floor, window.max_new_tokens), counting, policy,
+                      window.max_new_tokens, eot, stats, filler)
+        counting.end(text)
         st.utterances += 1
-        st.tokens += len(ref) - 1
-        calls_before = st.calls
-        while out[-1] != eot:
-            k = max(policy.draft_len(), 0)
-            st.k_sum += k
-            drafts = list(drafter.propose(out, k))[:k] if k else []
-            n_real = len(drafts)
-            while len(drafts) < row_floor - 1:
-                g = drafter.guess(out + drafts)
-                drafts.append(eot if g is None else g)
-            i, n = len(out), 0
-            while n < len(drafts) and i + n < len(ref) and drafts[n] == ref[i + n]:
-                n += 1
-            out.extend(ref[i:i + n])
-            if out[-1] != eot:
-                out.append(ref[i + n])
-            drafter.observe(min(n, n_real))
-            policy.record(n_real, min(n, n_real), max(0, n - n_real))
-            st.calls += 1
-            st.cost += cost(max(len(drafts) + 1, row_floor))
-            st.drafted += n_real
-            st.accepted += min(n, n_real)
-            st.proposals += n_real > 0
-            st.filler_accepted += max(0, n - n_real)
-        st.full += st.calls - calls_before == 1
-        drafter.end(text)
+        st.tokens += len(text)  # EOT included, the prompt call's token excluded
+        st.calls += stats.verify_calls
+        st.cost += sum(cost(max(rows, row_floor)) * n for rows, n in stats.calls_by_rows.items())
+        st.drafted += stats.drafted - stats.filler_drafted
+        st.accepted += stats.accepted - stats.filler_accepted
+        st.filler_accepted += stats.filler_accepted
+        st.k_sum += stats.k_sum
+        st.full += stats.verify_calls == 1
+    st.proposals = counting.proposals
     return st
+
+
+class _CountingDrafter:
+    """Passes every call through to ``inner`` and counts the rounds in which it proposed something."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.proposals = 0
+
+    def begin(self, window: WindowContext) -> None:
+        self.inner.begin(window)
+
+    def propose(self, tokens: Sequence[int], k: int) -> list[int]:
+        proposal = self.inner.propose(tokens, k)
+        self.proposals += bool(proposal)
+        return proposal
+
+    def observe(self, n_accepted: int) -> None:
+        self.inner.observe(n_accepted)
+
+    def end(self, tokens: Sequence[int]) -> None:
+        self.inner.end(tokens)
 
 
 def make_policy(k: str, cost: VerifyCost, row_floor: int, strong: bool = True):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -179,6 +180,43 @@ class AdaptiveDraftLength:
     def expected_speedup(self) -> float:
         """Expected tokens per unit of single-row step cost (1.0 means break-even with single-row greedy)."""
         return self._speedup
+
+
+def default_policy(cost: VerifyCost, row_floor: int, row_ceiling: int, strong: bool) -> AdaptiveDraftLength:
+    """The engine's draft-length policy before any evidence: a domain token map (``strong``) is
+    expected to pay, prompt lookup alone is not."""
+    return AdaptiveDraftLength(cost, row_floor=row_floor, k_max=max(1, row_ceiling - 1),
+                               prior=0.7 if strong else 0.3, prior_coverage=0.8 if strong else 0.3)
+
+
+FIRST_DRAFT_MIN = 0.5  # expected accepted drafts after the first token for a policy-chosen window to speculate
+
+
+def first_token_gate(chain, policy) -> Callable[[list[int]], bool] | None:
+    """Speculate a window only if the drafters expect to be right after its first token.
+
+    A map that does not fit the speech (read speech with a car-command map) has little to
+    say there (at best a guess of EOT at 16 %), and a window speculated without good drafts
+    pays the batch-invariant premium for nothing. Where the drafter rates its tokens
+    (``last_confidence``) the expected number accepted must reach ``FIRST_DRAFT_MIN``, unless
+    a drafter has seen utterances begin with this token (``knows_start``): in-domain commands
+    whose second word is open ("Please ...") still gained 1.05-1.3x from speculation, while
+    every misfit window on read speech began with a token the map had never seen start one.
+    Drafters with a cost or state per proposal (draft models) are not asked: no gate (None).
+    """
+    if any(getattr(d, "costly", False) for d in chain.drafters):
+        return None
+
+    def gate(tokens: list[int]) -> bool:
+        if chain.knows_start(tokens):
+            return True
+        proposal = chain.propose(tokens, max(1, policy.draft_len()))
+        confidence = chain.last_confidence
+        if not proposal or not confidence:
+            return bool(proposal)
+        return expected_tokens(confidence, len(confidence)) - 1.0 >= FIRST_DRAFT_MIN
+
+    return gate
 
 
 SPECULATE_MARGIN = 1.10  # expected speedup a window needs before it is speculated (see choose_numerics)

@@ -20,7 +20,7 @@ from .audio_ctx import choose_frames, parse_audio_ctx
 from .backend import MAX_POSITIONS, LoadedModel, SelfTestResult, _import_ct2
 from .decoder import decode_window, shadow_replay
 from .drafters.base import Drafter, NullDrafter, WindowContext
-from .drafters.bigram import BigramGuesser
+from .drafters.bigram import BigramGuesser, map_then_bigram
 from .drafters.chain import DrafterChain
 from .errors import SpecWhisperError
 from .fallback import COMPRESSION_RATIO_THRESHOLD, compression_ratio, ladder, parse_temperatures
@@ -33,7 +33,8 @@ from .policy import (
     FixedDraftLength,
     VerifyCost,
     choose_numerics,
-    expected_tokens,
+    default_policy,
+    first_token_gate,
 )
 from .sampling import PositionSampler
 from .stats import DecodeStats
@@ -42,7 +43,6 @@ from .timestamps import TimestampRules, split_window
 NUMERICS_CHOICES = ("auto", "batch-invariant", "single-row")
 TIMESTAMPS_CHOICES = ("auto", "on", "off")
 SILENCE_PEAK = 1e-4  # windows quieter than -80 dBFS are silence: nothing to decode
-FIRST_DRAFT_MIN = 0.5  # expected accepted drafts after the first token for a policy-chosen window to speculate
 
 
 def _silent(samples: np.ndarray) -> bool:
@@ -282,10 +282,8 @@ class WhisperEngine:
             warnings.warn("draft model ignored: speculation is unavailable on this machine", stacklevel=2)
         # Acceptance is learned across calls: a device keeps getting its own user's phrasing.
         # Priors until evidence arrives: a domain token map is expected to pay, prompt lookup alone is not.
-        strong = self.tokenmap_drafter is not None
-        self.policy = AdaptiveDraftLength(self.verify_cost, row_floor=self.row_floor or 2,
-                                          k_max=max(1, self.row_ceiling - 1),
-                                          prior=0.7 if strong else 0.3, prior_coverage=0.8 if strong else 0.3)
+        self.policy = default_policy(self.verify_cost, self.row_floor or 2, self.row_ceiling,
+                                     strong=self.tokenmap_drafter is not None)
         # Encode window i + 1 while window i decodes, where they run on separate instances (see pipeline).
         self.pipeline = pipeline and self.lm.decoder is not self.lm.model
         self.load_seconds = time.perf_counter() - t0
@@ -514,8 +512,8 @@ class WhisperEngine:
                                      rules=self._timestamp_rules if timestamps else None)
             speculating = numerics == "batch-invariant" and bool(chain)
             # Filler rows carry a cheap guess while speculating; the no-speculation oracle uses a constant.
-            filler = self._filler(guesser) if speculating else (lambda _tokens: eot)
-            gate = self._first_token_gate(chain, policy) if speculating and gated else None
+            filler = map_then_bigram(self.tokenmap_drafter, guesser) if speculating else (lambda _tokens: eot)
+            gate = first_token_gate(chain, policy) if speculating and gated else None
             tokens = decode_window(session, chain if speculating else NullDrafter(), policy, max_new, eot, wstats,
                                    filler, gate)
             used = session.numerics
@@ -549,45 +547,6 @@ class WhisperEngine:
         special = self.tokenizer.special
         return TimestampRules(eot=special.eot, no_timestamps=special.no_timestamps,
                               timestamp_begin=special.timestamp_begin, vocab_size=self.lm.vocab_size)
-
-    @staticmethod
-    def _first_token_gate(chain: DrafterChain, policy) -> Callable[[list[int]], bool] | None:
-        """Speculate a window only if the drafters expect to be right after its first token.
-
-        A map that does not fit the speech (read speech with a car-command map) has little to
-        say there (at best a guess of EOT at 16 %), and a window speculated without good drafts
-        pays the batch-invariant premium for nothing. Where the drafter rates its tokens
-        (``last_confidence``) the expected number accepted must reach ``FIRST_DRAFT_MIN``, unless
-        a drafter has seen utterances begin with this token (``knows_start``): in-domain commands
-        whose second word is open ("Please ...") still gained 1.05-1.3x from speculation, while
-        every misfit window on read speech began with a token the map had never seen start one.
-        Drafters with a cost or state per proposal (draft models) are not asked.
-        """
-        if any(getattr(d, "costly", False) for d in chain.drafters):
-            return None
-
-        def gate(tokens: list[int]) -> bool:
-            if chain.knows_start(tokens):
-                return True
-            proposal = chain.propose(tokens, max(1, policy.draft_len()))
-            confidence = chain.last_confidence
-            if not proposal or not confidence:
-                return bool(proposal)
-            return expected_tokens(confidence, len(confidence)) - 1.0 >= FIRST_DRAFT_MIN
-
-        return gate
-
-    def _filler(self, bigram: BigramGuesser) -> Callable[[list[int]], int]:
-        """The token map's most frequent next token where it knows the context, else the bigram guess."""
-        tm = self.tokenmap_drafter
-        if tm is None:
-            return bigram
-
-        def guess(tokens: list[int]) -> int:
-            g = tm.guess(tokens)
-            return g if g is not None else bigram(tokens)
-
-        return guess
 
     # ------------------------------------------------------------------------------------------
     def save_learned(self, path: str | Path) -> Path:

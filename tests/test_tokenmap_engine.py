@@ -60,14 +60,13 @@ def test_first_token_gate_speculates_a_known_start_with_an_open_continuation(bas
     where the next word is anyone's guess; a first word no utterance began with does not."""
     from specwhisper.drafters.chain import DrafterChain
     from specwhisper.drafters.tokenmap_drafter import TokenMapDrafter
-    from specwhisper.policy import FixedDraftLength
-    from specwhisper.transcriber import WhisperEngine as Engine
+    from specwhisper.policy import FixedDraftLength, first_token_gate
 
     tok = base_engine.tokenizer
     lines = [f"Please {w} the {x}." for w in ("open", "close", "find", "play", "stop", "start", "lock", "dim")
              for x in ("door", "window", "garage", "song", "timer", "lights", "gate", "radio")]
     chain = DrafterChain([TokenMapDrafter(build_token_map(lines, tok), tok)])
-    gate = Engine._first_token_gate(chain, FixedDraftLength(4))
+    gate = first_token_gate(chain, FixedDraftLength(4))
     please, chapter = tok.encode(" Please")[0], tok.encode(" Chapter")[0]
     chain.propose([please], 4)
     assert not chain.last_confidence or chain.last_confidence[0] < 0.5  # the continuation is open
@@ -101,3 +100,29 @@ def test_map_for_another_tokenizer_is_refused(tiny_model_dir, car_map, capsys):
     rc = main(["transcribe", "x.flac", "--model", str(tiny_model_dir), "--tokenmap", str(car_map)])
     err = capsys.readouterr().err
     assert rc == 2 and "error:" in err and "Traceback" not in err
+
+
+def test_draft_replay_reproduces_the_engines_rounds(car_engine, car_map, shared_data):
+    """``benchmarks.draft_replay`` runs the engine's loop against an oracle: from a clip's tokens
+    alone it must reproduce the engine's verify calls and accepted drafts exactly, or its modelled
+    speedups mean nothing."""
+    import copy
+
+    replay = pytest.importorskip("benchmarks.draft_replay", reason="benchmarks/ imports from the repo root "
+                                                                   "(python -m pytest)")
+    tok = car_engine.tokenizer
+    eot = tok.special.eot
+    replayer = replay.Replayer(replay.make_drafter(load_token_map(car_map, tok), tok, "", {}), tok,
+                               "batch-invariant", cost=car_engine.verify_cost, row_floor=car_engine.row_floor,
+                               row_ceiling=car_engine.row_ceiling)
+    replayer.policy = copy.deepcopy(car_engine.policy)  # the engine's policy has learned from earlier calls
+    seen = 0
+    for clip in clips(shared_data, "car")[8:14]:
+        res = car_engine.transcribe(clip["path"], language="en", numerics="batch-invariant")
+        stats = replayer.totals.stats
+        before = (stats.verify_calls, stats.accepted, stats.drafted)
+        replayer.utterance([t for t in res.tokens if t < eot])
+        replayed = (stats.verify_calls - before[0], stats.accepted - before[1], stats.drafted - before[2])
+        assert replayed == (res.stats["verify_calls"], res.stats["accepted"], res.stats["drafted"]), clip["audio"]
+        seen += res.stats["accepted"]
+    assert seen > 0  # the map drafted something on these commands: the comparison was not vacuous

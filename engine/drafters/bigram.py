@@ -7,7 +7,7 @@ so they carry this guess instead (after sentence-final punctuation, EOT).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..tokenizer import WhisperTokenizer
 
@@ -36,3 +36,16 @@ class BigramGuesser:
             counter = self._followers[a]
             counter[b] += 1
             self._best[a] = counter.most_common(1)[0][0]
+
+
+def map_then_bigram(tokenmap_drafter, bigram: BigramGuesser) -> Callable[[Sequence[int]], int]:
+    """The filler of a speculating window: the token map's most frequent next token where a map
+    knows something (``TokenMapDrafter.guess``), else the bigram guess."""
+    if tokenmap_drafter is None:
+        return bigram
+
+    def guess(tokens: Sequence[int]) -> int:
+        g = tokenmap_drafter.guess(tokens)
+        return g if g is not None else bigram(tokens)
+
+    return guess
