@@ -699,6 +699,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
 
         def save(doc: dict = doc, name: str = name) -> None:
             doc["meta"]["updated"] = now_iso()
+            doc["meta"]["engines"] = engine_settings(bench.engines)
             write_json(out / f"{name}.json", doc)
             write_reports(out)
 
@@ -720,6 +721,15 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
         finally:
             doc["meta"]["finished"] = now_iso()
             save()
+
+
+def engine_settings(engines: dict) -> dict:
+    """What each engine's policy priced calls with (``benchmarks.draft_replay`` replays with it):
+    an engine whose cost measurement found the machine busy runs on the default curve."""
+    from specwhisper.backend import kernel_env
+
+    return {key: {"row_floor": e.row_floor, "row_ceiling": e.row_ceiling, "kernel_env": kernel_env(),
+                  "cost": {str(k): v for k, v in e.verify_cost.by_rows.items()}} for key, e in engines.items()}
 
 
 def _carry(path: Path, rerun: list[str], config: dict) -> dict:

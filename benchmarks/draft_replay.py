@@ -1,21 +1,25 @@
 """Replay recorded model tokens through the engine's own decoding loop, with an oracle for a decoder.
 
 Speculation never changes the tokens, so what a drafter achieves on a clip is a fixed function of
-the tokens the model emits there. Given those tokens (from a benchmark run), the engine's loop
-(``decode_window``), drafters, draft-length policy, filler and first-token gate run every round
-as they would; only the decoder is replaced by an oracle that accepts what greedy would, and each
-call is priced with a cost curve (rows -> single-row steps). On ``results/stream5`` this
-reproduces the measured verify-call and accepted-draft counts exactly (car 371/310, smarthome
-391/280) and the measured speedups within 1 %, so a drafting idea costs seconds to try instead of a
-20-minute benchmark. Speedups here are modelled, not timed: confirm with the benchmark.
+the tokens the model emits there. Given those tokens (from a ``command_stream`` run), the engine's
+loop (``decode_window``), token-map drafter, draft-length policy, filler, first-token gate and
+``choose_numerics`` run every round as they would; only the decoder is replaced by an oracle that
+accepts what greedy would, and each call is priced with a cost curve (rows -> single-row steps).
+On ``results/stream5`` this reproduces the held-out verify-call and accepted-draft counts exactly
+and the stream's within 0.4 %, with modelled speedups 1-4 % above the timed ones, so a drafting
+idea costs seconds to try instead of a 20-minute benchmark. Speedups here are modelled, not timed:
+confirm with the benchmark.
 
     python -m benchmarks.draft_replay --from results/stream5/heldout.json
     python -m benchmarks.draft_replay --from results/stream5/heldout.json --grid min_cum=0,0.05,0.2 --grid backoff=1,4
-    python -m benchmarks.draft_replay --from results/stream5/heldout.json --stream car --learn empty,static
+    python -m benchmarks.draft_replay --from results/stream5/stream.json
 
-Inputs: a ``command_stream`` JSON (held-out part: each clip's batch-invariant greedy tokens) and
-the token maps it names. ``--stream SET`` replays that set's clips in the benchmark's seeded Zipf
-order with online learning.
+Inputs: the held-out part's JSON (each clip's batch-invariant greedy tokens, in the order the run
+decoded them) or the stream part's (each learner's own tokens in stream order: a window it
+decoded single-row holds single-row tokens), and the token maps they name. Row range and
+cost curve: as each engine of the run recorded them (``meta.engines``, runs since 2026-11-23
+21:50), else base int8 on this project's Xeon with MKL kernels (rows 3-17; ``CT2_USE_MKL=0`` gives
+rows 2-12 there), or ``--row-floor``, ``--row-ceiling``, ``--cost``. Single-window commands only: the decoder's position limit never binds there.
 """
 
 from __future__ import annotations
@@ -40,12 +44,12 @@ from specwhisper.tokenizer import WhisperTokenizer
 from specwhisper.tokenmap import load_token_map
 
 from .oracle_session import OracleSession
-from .tokenmap_sim import zipf_stream
 
 REPO = Path(__file__).resolve().parents[1]
 # Base int8 on this project's Xeon, decoder on 1 thread (LoadedModel.call_costs, MKL kernels).
 MEASURED_COST = {1: 1.0, 2: 1.037, 3: 1.224, 4: 1.224, 6: 1.418, 8: 1.5, 12: 1.717, 17: 2.052}
 PREFILL_STEPS = 4.4  # a full-window prefill in single-row steps (51.5 ms / 11.8 ms in results/stream5)
+MAX_NEW_TOKENS = 224  # the engine's cap on a window's new tokens: MAX_POSITIONS // 2
 
 
 @dataclass
@@ -80,7 +84,8 @@ class Replayer:
     row_floor: int = 3
     row_ceiling: int = 17
     prefill_steps: float = PREFILL_STEPS
-    learn_filler: bool = False
+    learn_filler: bool = False  # the engine shares its filler bigrams across calls only when it learns
+    max_new_tokens: int = MAX_NEW_TOKENS
 
     def __post_init__(self) -> None:
         self.chain = DrafterChain([self.drafter])
@@ -88,41 +93,63 @@ class Replayer:
         self.guesser = BigramGuesser(self.tokenizer)
         self.totals = ReplayTotals()
 
-    def utterance(self, tokens: Sequence[int]) -> None:
-        """Decode one single-window utterance whose greedy tokens (EOT excluded) are ``tokens``."""
-        eot = self.tokenizer.special.eot
+    def utterance(self, tokens: Sequence[int]) -> dict:
+        """Decode one single-window utterance whose greedy tokens (EOT excluded) are ``tokens``;
+        returns its own modelled costs."""
+        eot, cap = self.tokenizer.special.eot, self.max_new_tokens
+        if not tokens:
+            raise ValueError("an utterance without tokens: the engine's first token is never EOT")
         guesser = self.guesser if self.learn_filler else BigramGuesser(self.tokenizer)
         numerics, _ = choose_numerics(self.numerics, True, self.row_floor, True, self.policy.expected_speedup())
         session = OracleSession(tokens, eot, numerics, self.row_floor, self.row_ceiling)
-        self.chain.begin(WindowContext(prompt=(), eot=eot, max_new_tokens=224))
-        gate = first_token_gate(self.chain, self.policy) if self.numerics == "auto" else None
+        self.chain.begin(WindowContext(prompt=(), eot=eot, max_new_tokens=cap))
         speculating = numerics == "batch-invariant"
+        gate = first_token_gate(self.chain, self.policy) if speculating and self.numerics == "auto" else None
         stats = DecodeStats()
-        out = decode_window(session, self.chain if speculating else DrafterChain([]), self.policy, 224, eot, stats,
-                            map_then_bigram(self.drafter, guesser), gate if speculating else None)
-        if out != [*tokens, eot]:
+        out = decode_window(session, self.chain if speculating else DrafterChain([]), self.policy, cap, eot, stats,
+                            map_then_bigram(self.drafter, guesser), gate)
+        if out != [*tokens, eot][:cap]:
             raise AssertionError("the oracle session changed the tokens: the replay is broken")
         if session.numerics != "batch-invariant":
             shadow_replay(self.chain, out, self.policy.draft_len(), stats, self.policy)
         self.chain.end(list(tokens))
         guesser.learn(list(tokens))
+        one = {"greedy_steps": len(out) - 1, "prefills": self.prefill_steps,
+               "spec_steps": stats.steps + sum(self.cost(max(r, self.row_floor)) * n
+                                               for r, n in stats.calls_by_rows.items())}
         t = self.totals
         t.utterances += 1
-        t.greedy_steps += len(tokens)  # EOT included, the prefill's token excluded
-        t.spec_steps += stats.steps + sum(self.cost(max(r, self.row_floor)) * n for r, n in stats.calls_by_rows.items())
-        t.prefills += self.prefill_steps
+        t.greedy_steps += one["greedy_steps"]
+        t.spec_steps += one["spec_steps"]
+        t.prefills += one["prefills"]
         t.numerics[session.numerics] = t.numerics.get(session.numerics, 0) + 1
         t.stats.merge(stats)
+        return one
+
+
+def _speedup(parts: list[dict]) -> float:
+    greedy = sum(p["greedy_steps"] + p["prefills"] for p in parts)
+    spec = sum(p["spec_steps"] + p["prefills"] for p in parts)
+    return round(greedy / spec, 3) if spec else 0.0
 
 
 def heldout_tokens(doc: dict, set_name: str) -> tuple[list[tuple[str, list[int]]], Path]:
-    """Each clip's batch-invariant greedy tokens (in clip order) and the set's map, from a held-out run."""
+    """Each clip's batch-invariant greedy tokens, in the order the run decoded the clips, and the set's map."""
     entry = doc["heldout"]["sets"][set_name]
     tokens: dict[str, list[int]] = {}
     for r in entry["records"]:
         if r["system"] == "greedy-batch-invariant":
             tokens.setdefault(r["clip"], r["tokens"])
-    return sorted(tokens.items()), REPO / entry["tokenmap"]
+    return list(tokens.items()), REPO / entry["tokenmap"]
+
+
+def stream_tokens(doc: dict, system: str) -> tuple[list[tuple[str, list[int]]], Path]:
+    """One learner's own tokens for every utterance of a stream run, in stream order, and the static map."""
+    part = doc["stream"]
+    records = sorted((r for r in part["records"] if r["system"] == system), key=lambda r: r["utterance"])
+    if not records:
+        raise SystemExit(f"no records of {system} in this stream run (systems: {part['systems']})")
+    return [(r["clip"], r["tokens"]) for r in records], REPO / part["tokenmap"]
 
 
 def make_drafter(tmap, tokenizer, learn: str, knobs: dict) -> TokenMapDrafter:
@@ -131,30 +158,43 @@ def make_drafter(tmap, tokenizer, learn: str, knobs: dict) -> TokenMapDrafter:
     return TokenMapDrafter(static, tokenizer, learn=bool(learn), **knobs)
 
 
-def replay_heldout(doc: dict, set_name: str, tokenizer, numerics: str, knobs: dict) -> dict:
+def recorded_settings(doc: dict, engine_key: str) -> dict:
+    """Row range and cost curve the run's engine used (runs since the engines were recorded), else {}."""
+    e = doc.get("meta", {}).get("engines", {}).get(engine_key)
+    if not e:
+        return {}
+    return {"row_floor": e["row_floor"], "row_ceiling": e["row_ceiling"],
+            "cost": VerifyCost({int(k): float(v) for k, v in e["cost"].items()})}
+
+
+def replay_heldout(doc: dict, set_name: str, tokenizer, numerics: str, knobs: dict, learn: bool = False,
+                   **settings) -> dict:
+    """A held-out set as the benchmark decodes it; ``learn``: as an engine with ``--learn`` on top of
+    the map would, each clip heard once (the benchmark's held-out part does not learn)."""
+    settings = {**recorded_settings(doc, "tm-bi" if numerics == "batch-invariant" else "tm-auto"), **settings}
     clips, map_path = heldout_tokens(doc, set_name)
-    replayer = Replayer(make_drafter(load_token_map(map_path, tokenizer), tokenizer, "", knobs), tokenizer, numerics)
+    drafter = make_drafter(load_token_map(map_path, tokenizer), tokenizer, "static" if learn else "", knobs)
+    replayer = Replayer(drafter, tokenizer, numerics, learn_filler=learn, **settings)
     for _, tokens in clips:
         replayer.utterance(tokens)
     return replayer.totals.row()
 
 
-def replay_stream(doc: dict, set_name: str, tokenizer, learn: str, knobs: dict, length: int = 300, seed: int = 0,
-                  s: float = 1.1, block: int = 50) -> dict:
-    """The benchmark's repeated-command stream (seeded Zipf order over the set's clips), learning online."""
-    clips, map_path = heldout_tokens(doc, set_name)
-    order = zipf_stream(len(clips), length, seed, s)
-    replayer = Replayer(make_drafter(load_token_map(map_path, tokenizer), tokenizer, learn, knobs), tokenizer,
-                        "auto", learn_filler=True)
-    blocks, last = [], ReplayTotals()
-    for n, i in enumerate(order):
-        replayer.utterance(clips[i][1])
-        if (n + 1) % block == 0 or n + 1 == length:
-            t = replayer.totals
-            blocks.append(round((t.greedy_steps - last.greedy_steps + t.prefills - last.prefills)
-                                / (t.spec_steps - last.spec_steps + t.prefills - last.prefills), 3))
-            last = ReplayTotals(greedy_steps=t.greedy_steps, spec_steps=t.spec_steps, prefills=t.prefills)
-    return {**replayer.totals.row(), "blocks": blocks}
+def replay_stream(doc: dict, tokenizer, learn: str, knobs: dict, block: int = 50, **settings) -> dict:
+    """A stream run's learner (``learn`` "empty" or "static") replayed on its own tokens, with
+    speedups per block and split into first hearings and repeats."""
+    settings = {**recorded_settings(doc, f"learn-{learn}"), **settings}
+    utterances, map_path = stream_tokens(doc, f"learn-{learn}")
+    drafter = make_drafter(load_token_map(map_path, tokenizer), tokenizer, learn, knobs)
+    replayer = Replayer(drafter, tokenizer, doc["stream"].get("numerics", "auto"), learn_filler=True, **settings)
+    parts, first, seen = [], [], set()
+    for clip, tokens in utterances:
+        parts.append(replayer.utterance(tokens))
+        first.append(clip not in seen)
+        seen.add(clip)
+    return {**replayer.totals.row(), "blocks": [_speedup(parts[i:i + block]) for i in range(0, len(parts), block)],
+            "first_hearings": [sum(first), _speedup([p for p, f in zip(parts, first) if f])],
+            "repeats": [len(first) - sum(first), _speedup([p for p, f in zip(parts, first) if not f])]}
 
 
 def _knob_grid(specs: list[str]) -> list[dict]:
@@ -167,40 +207,51 @@ def _knob_grid(specs: list[str]) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.draft_replay", description=__doc__.split("\n")[0])
-    p.add_argument("--from", dest="source", required=True, help="a command_stream JSON with a held-out part")
+    p.add_argument("--from", dest="source", required=True, help="a command_stream JSON (held-out or stream part)")
     p.add_argument("--model", default="base", help="model name or CT2 directory (for its tokenizer)")
-    p.add_argument("--sets", default="car,smarthome")
+    p.add_argument("--sets", default=None, help="held-out sets to replay (default: all in the file)")
     p.add_argument("--numerics", default="batch-invariant,auto", help="held-out systems to replay")
-    p.add_argument("--stream", default=None, help="replay a repeated-command stream of this set instead")
-    p.add_argument("--learn", default="empty,static", help="stream learners: empty, static")
-    p.add_argument("--seed", type=int, default=0, help="the stream's Zipf order seed (the benchmark uses 0)")
+    p.add_argument("--heldout-learn", action="store_true",
+                   help="held-out: learn each clip's tokens after decoding it, as --learn would")
+    p.add_argument("--learn", default="empty,static", help="stream learners to replay: empty, static")
     p.add_argument("--set", dest="knobs", action="append", default=[],
                    help="a TokenMapDrafter setting, e.g. min_cum=0.2 (repeatable)")
     p.add_argument("--grid", action="append", default=[], help="knob=v1,v2,...: replay every combination")
+    p.add_argument("--row-floor", type=int, default=None,
+                   help="rows every verify call carries (default: as the run recorded, else 3)")
+    p.add_argument("--row-ceiling", type=int, default=None,
+                   help="most rows a call may carry (default: as the run recorded, else 17)")
+    p.add_argument("--cost", default=None, help='JSON rows -> single-row steps, e.g. \'{"1": 1, "3": 1.2, "17": 2}\' '
+                                                "(default: the curve the run recorded, else this Xeon's)")
+    p.add_argument("--prefill-steps", type=float, default=PREFILL_STEPS, help="a prefill in single-row steps")
     p.add_argument("--json", default=None, help="also write the rows here")
     args = p.parse_args(argv)
     from specwhisper.model_store import resolve_model
 
     tokenizer = WhisperTokenizer.from_model_dir(resolve_model(args.model))
     doc = json.loads(Path(args.source).read_text(encoding="utf-8"))
+    cost = VerifyCost({int(k): float(v) for k, v in json.loads(args.cost).items()}) if args.cost else None
+    settings = {k: v for k, v in (("row_floor", args.row_floor), ("row_ceiling", args.row_ceiling), ("cost", cost),
+                                  ("prefill_steps", args.prefill_steps)) if v is not None}
     fixed = {k: ast.literal_eval(v) for k, v in (spec.split("=", 1) for spec in args.knobs)}
     rows = []
     for knobs in _knob_grid(args.grid):
         knobs = {**fixed, **knobs}
-        if args.stream:
+        if "stream" in doc:
             for learn in args.learn.split(","):
-                r = replay_stream(doc, args.stream, tokenizer, learn, knobs, seed=args.seed)
-                rows.append({"scenario": f"stream {args.stream} learn-{learn}", "knobs": knobs, **r})
+                r = replay_stream(doc, tokenizer, learn, knobs, **settings)
+                rows.append({"scenario": f"stream learn-{learn}", "knobs": knobs, **r})
         else:
-            for set_name in args.sets.split(","):
+            for set_name in (args.sets.split(",") if args.sets else list(doc["heldout"]["sets"])):
                 for numerics in args.numerics.split(","):
-                    r = replay_heldout(doc, set_name, tokenizer, numerics, knobs)
+                    r = replay_heldout(doc, set_name, tokenizer, numerics, knobs, args.heldout_learn, **settings)
                     rows.append({"scenario": f"held-out {set_name} {numerics}", "knobs": knobs, **r})
     for r in rows:
-        blocks = f" blocks {r['blocks']}" if "blocks" in r else ""
+        extra = (f" blocks {r['blocks']} first hearings {r['first_hearings']} repeats {r['repeats']}"
+                 if "blocks" in r else "")
         print(f"{r['scenario']:<34} {json.dumps(r['knobs']):<28} calls {r['verify_calls']:>5} acc {r['accepted']:>5} "
               f"Al {r['Al']:.2f} steps {r['steps_speedup']:.3f}x decoder {r['decoder_speedup']:.3f}x "
-              f"{r['numerics']}{blocks}")
+              f"{r['numerics']}{extra}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1), encoding="utf-8")
     return 0

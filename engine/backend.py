@@ -5,12 +5,14 @@ draft-model drafter (its own small model) touch CTranslate2 objects.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
 import threading
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,6 +30,7 @@ _SELFTEST_TEXT = " the quick brown fox jumps over the lazy dog while seven small
 
 
 def _import_ct2():
+    kernel_env()  # snapshot the kernel settings before CTranslate2 first reads them
     try:
         import ctranslate2
     except ImportError:
@@ -258,18 +261,27 @@ class LoadedModel:
                               max_abs_diff_by_rows=diffs, seconds=time.perf_counter() - t0, key=key)
 
 
+# Environment settings that can change which CPU/GPU kernels CTranslate2 runs (``*_VERBOSE`` only log).
+_KERNEL_ENV_PREFIXES = ("CT2_", "MKL_", "ONEDNN_", "DNNL_")
+
+
+def kernel_env_from(environ: Mapping[str, str]) -> str:
+    """The kernel-relevant settings of ``environ`` as one stable string ("-" when none)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(environ.items())
+                    if k.startswith(_KERNEL_ENV_PREFIXES) and not k.endswith("_VERBOSE")) or "-"
+
+
+@functools.cache
 def kernel_env() -> str:
-    """CTranslate2 settings from the environment that can change which kernels run.
+    """Kernel settings of this process, read once when the engine first imports CTranslate2.
 
     ``CT2_USE_MKL=0`` moves int8 GEMMs on Intel CPUs from MKL to oneDNN: on this project's Xeon
     that changes the row floor from 3 to 2 and the ceiling from 17 to 12, so a cached self-test
-    or cost curve is valid only for the settings it was measured under.
+    or cost curve is valid only for the settings it was measured under. CTranslate2 reads them
+    once per process (at its first model load), so later changes to the environment would name
+    kernels that are not running: the snapshot is what the key uses.
     """
-    return ",".join(f"{k}={v}" for k, v in sorted(os.environ.items())
-                    if k.startswith("CT2_") and k not in _KERNEL_NEUTRAL_ENV) or "-"
-
-
-_KERNEL_NEUTRAL_ENV = frozenset({"CT2_VERBOSE"})
+    return kernel_env_from(os.environ)
 
 
 def to_host(view) -> np.ndarray:

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from clips import representative
 
 TESTS = Path(__file__).resolve().parent
@@ -41,23 +43,30 @@ print("REPORT " + json.dumps(report))
 """
 
 
-def test_selftest_key_tracks_kernel_settings(base_engine, monkeypatch):
-    monkeypatch.delenv("CT2_USE_MKL", raising=False)
-    monkeypatch.delenv("CT2_VERBOSE", raising=False)
-    default = base_engine.lm._selftest_key()
-    monkeypatch.setenv("CT2_VERBOSE", "1")  # logging only: same kernels, same key
-    assert base_engine.lm._selftest_key() == default
-    monkeypatch.setenv("CT2_USE_MKL", "0")
-    assert base_engine.lm._selftest_key() != default
+def test_kernel_settings_in_the_key_and_read_once(base_engine, monkeypatch):
+    from specwhisper.backend import kernel_env, kernel_env_from
+
+    assert kernel_env_from({"PATH": "/bin", "CT2_VERBOSE": "1", "MKL_VERBOSE": "1"}) == "-"  # logging only
+    assert kernel_env_from({"CT2_USE_MKL": "0", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "HOME": "/"}) \
+        == "CT2_USE_MKL=0,MKL_CBWR=AVX2,ONEDNN_MAX_CPU_ISA=AVX2"
+    key = base_engine.lm._selftest_key()
+    assert key.endswith("|" + kernel_env())
+    # CTranslate2 chose its kernels at the first model load: a later change must not rename them.
+    monkeypatch.setenv("CT2_USE_MKL", "1" if os.environ.get("CT2_USE_MKL") == "0" else "0")
+    assert base_engine.lm._selftest_key() == key
 
 
 def test_speculation_exact_under_onednn_kernels(base_model_dir, base_engine, shared_data):
+    if os.environ.get("CT2_USE_MKL") == "0":
+        pytest.skip("this test process already runs oneDNN kernels (CT2_USE_MKL=0): nothing to contrast")
     clips = [c["path"] for c in representative(shared_data)[:2]]
-    env = {**os.environ, "CT2_USE_MKL": "0"}
+    env = {**os.environ, "CT2_USE_MKL": "0", "CT2_VERBOSE": "1"}
     proc = subprocess.run([sys.executable, "-c", _CHILD, str(TESTS), str(base_model_dir), *clips],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # CTranslate2 logs its int8 GEMM backend at the first model load: the child must run oneDNN.
+    assert "GEMM_S8 backend: DNNL" in proc.stderr, [ln for ln in proc.stderr.splitlines() if "backend" in ln]
     report = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT "))[7:])
     assert report["floor"] is not None, "no invariant row range under oneDNN kernels"
-    assert report["key"] != base_engine.lm._selftest_key(), "oneDNN run reused the MKL self-test key"
+    assert report["key"] != base_engine.lm._selftest_key(), "the oneDNN run reused this process's self-test key"
     assert report["changed"] == [], report["changed"]

@@ -278,12 +278,8 @@ def test_merge_equals_building_from_the_union(tok, car_lines):
 
 def test_simulated_drafting_quality(tok, car_map, shared_data):
     """Offline replay of held-out and repeated car commands (benchmarks/tokenmap_sim.py) keeps its targets."""
+    from benchmarks.tokenmap_sim import NaiveNgramDrafter, make_policy, simulate, zipf_stream
     from specwhisper.policy import VerifyCost
-
-    sim = pytest.importorskip("benchmarks.tokenmap_sim", reason="benchmarks/ imports from the repo root "
-                                                                "(python -m pytest)")
-    NaiveNgramDrafter, make_policy, simulate, zipf_stream = (sim.NaiveNgramDrafter, sim.make_policy, sim.simulate,
-                                                             sim.zipf_stream)
 
     rows = [json.loads(x) for x in (shared_data / "domain/car/test.jsonl").read_text().splitlines() if x.strip()]
     utts = [tok.encode(" " + r["text"]) for r in rows]

@@ -102,27 +102,44 @@ def test_map_for_another_tokenizer_is_refused(tiny_model_dir, car_map, capsys):
     assert rc == 2 and "error:" in err and "Traceback" not in err
 
 
-def test_draft_replay_reproduces_the_engines_rounds(car_engine, car_map, shared_data):
+def _replay_matches(engine, replayer, clip_list, numerics):
+    """Decode each clip with ``engine`` and replay its tokens; the rounds must agree exactly."""
+    eot = engine.tokenizer.special.eot
+    drafted = 0
+    for clip in clip_list:
+        res = engine.transcribe(clip["path"], language="en", numerics=numerics)
+        stats = replayer.totals.stats
+        before = (stats.verify_calls, stats.accepted, stats.drafted, stats.steps)
+        replayer.utterance([t for t in res.tokens if t < eot])
+        replayed = (stats.verify_calls - before[0], stats.accepted - before[1], stats.drafted - before[2],
+                    stats.steps - before[3])
+        recorded = (res.stats["verify_calls"], res.stats["accepted"], res.stats["drafted"], res.stats["steps"])
+        assert replayed == recorded, (clip["audio"], numerics, replayed, recorded)
+        drafted += res.stats["drafted"]
+    return drafted
+
+
+def test_draft_replay_reproduces_the_engines_rounds(base_model_dir, car_engine, car_map, shared_data):
     """``benchmarks.draft_replay`` runs the engine's loop against an oracle: from a clip's tokens
-    alone it must reproduce the engine's verify calls and accepted drafts exactly, or its modelled
-    speedups mean nothing."""
+    alone it must reproduce the engine's verify calls, drafts, accepted drafts and single-row steps
+    exactly (batch-invariant, policy-chosen numerics with the first-token gate and shadow drafting,
+    and online learning), or its modelled speedups mean nothing."""
     import copy
 
-    replay = pytest.importorskip("benchmarks.draft_replay", reason="benchmarks/ imports from the repo root "
-                                                                   "(python -m pytest)")
+    from benchmarks.draft_replay import Replayer, make_drafter
+
     tok = car_engine.tokenizer
-    eot = tok.special.eot
-    replayer = replay.Replayer(replay.make_drafter(load_token_map(car_map, tok), tok, "", {}), tok,
-                               "batch-invariant", cost=car_engine.verify_cost, row_floor=car_engine.row_floor,
-                               row_ceiling=car_engine.row_ceiling)
-    replayer.policy = copy.deepcopy(car_engine.policy)  # the engine's policy has learned from earlier calls
-    seen = 0
-    for clip in clips(shared_data, "car")[8:14]:
-        res = car_engine.transcribe(clip["path"], language="en", numerics="batch-invariant")
-        stats = replayer.totals.stats
-        before = (stats.verify_calls, stats.accepted, stats.drafted)
-        replayer.utterance([t for t in res.tokens if t < eot])
-        replayed = (stats.verify_calls - before[0], stats.accepted - before[1], stats.drafted - before[2])
-        assert replayed == (res.stats["verify_calls"], res.stats["accepted"], res.stats["drafted"]), clip["audio"]
-        seen += res.stats["accepted"]
-    assert seen > 0  # the map drafted something on these commands: the comparison was not vacuous
+    car = clips(shared_data, "car")
+    settings = {"cost": car_engine.verify_cost, "row_floor": car_engine.row_floor,
+                "row_ceiling": car_engine.row_ceiling}
+    drafted = 0
+    for numerics, clip_list in (("batch-invariant", car[8:12]), ("auto", car[12:18])):
+        replayer = Replayer(make_drafter(load_token_map(car_map, tok), tok, "", {}), tok, numerics, **settings)
+        replayer.policy = copy.deepcopy(car_engine.policy)  # the engine's policy has learned from earlier calls
+        drafted += _replay_matches(car_engine, replayer, clip_list, numerics)
+    learner = WhisperEngine(base_model_dir, threads=2, tokenmap=car_map, learn=True, prompt_lookup=False)
+    replayer = Replayer(make_drafter(load_token_map(car_map, tok), tok, "static", {}), tok, "auto",
+                        learn_filler=True, **settings)
+    replayer.policy = copy.deepcopy(learner.policy)
+    drafted += _replay_matches(learner, replayer, car[:5] + car[:5], "auto")  # the repeats recall learned text
+    assert drafted > 0  # the map drafted: the comparison was not vacuous
