@@ -12,7 +12,7 @@ from . import __version__, model_store
 def run_doctor(model: str | None, compute_type: str, threads: int) -> int:
     import ctranslate2
 
-    from .backend import step_api_available
+    from .backend import kernel_env, step_api_available
 
     print(f"specwhisper {__version__} on Python {sys.version.split()[0]}, {platform.platform()}")
     print(f"ctranslate2 {ctranslate2.__version__} at {ctranslate2.__file__}")
@@ -21,6 +21,7 @@ def run_doctor(model: str | None, compute_type: str, threads: int) -> int:
     print(f"CPU compute types: {sorted(ctranslate2.get_supported_compute_types('cpu'))}")
     n_cuda = ctranslate2.get_cuda_device_count()
     print(f"CUDA devices: {n_cuda}")
+    print(f"kernel settings (part of the numerics; read once per process): {kernel_env()}")
     print(f"model cache: {model_store.models_dir()}")
     for entry in model_store.list_models():
         print(f"  {entry['name']:<8} {'cached' if entry['pulled'] else 'not pulled'}")

@@ -62,3 +62,6 @@ def test_doctor_reports_step_api(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "step API" in out and "ctranslate2" in out
+    from specwhisper.backend import kernel_env
+
+    assert f"kernel settings (part of the numerics; read once per process): {kernel_env()}" in out
