@@ -33,17 +33,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specwhisper.decoder import decode_window, shadow_replay
+from specwhisper.decoder import decode_with_drafters, learn_from_window
 from specwhisper.drafters.base import WindowContext
 from specwhisper.drafters.bigram import BigramGuesser, map_then_bigram
 from specwhisper.drafters.chain import DrafterChain
 from specwhisper.drafters.tokenmap_drafter import TokenMapDrafter
-from specwhisper.policy import VerifyCost, choose_numerics, default_policy, first_token_gate
+from specwhisper.policy import VerifyCost, choose_numerics, default_policy
 from specwhisper.stats import DecodeStats
 from specwhisper.tokenizer import WhisperTokenizer
 from specwhisper.tokenmap import load_token_map
 
-from .oracle_session import OracleSession
+from .oracle_session import OracleSession, priced_calls
 
 REPO = Path(__file__).resolve().parents[1]
 # Base int8 on this project's Xeon, decoder on 1 thread (LoadedModel.call_costs, MKL kernels).
@@ -103,20 +103,14 @@ class Replayer:
         numerics, _ = choose_numerics(self.numerics, True, self.row_floor, True, self.policy.expected_speedup())
         session = OracleSession(tokens, eot, numerics, self.row_floor, self.row_ceiling)
         self.chain.begin(WindowContext(prompt=(), eot=eot, max_new_tokens=cap))
-        speculating = numerics == "batch-invariant"
-        gate = first_token_gate(self.chain, self.policy) if speculating and self.numerics == "auto" else None
         stats = DecodeStats()
-        out = decode_window(session, self.chain if speculating else DrafterChain([]), self.policy, cap, eot, stats,
-                            map_then_bigram(self.drafter, guesser), gate)
+        out = decode_with_drafters(session, self.chain, self.policy, cap, eot, stats,
+                                   map_then_bigram(self.drafter, guesser), gated=self.numerics == "auto")
         if out != [*tokens, eot][:cap]:
             raise AssertionError("the oracle session changed the tokens: the replay is broken")
-        if session.numerics != "batch-invariant":
-            shadow_replay(self.chain, out, self.policy.draft_len(), stats, self.policy)
-        self.chain.end(list(tokens))
-        guesser.learn(list(tokens))
+        learn_from_window(self.chain, out, session.numerics, self.policy, stats, guesser, eot)
         one = {"greedy_steps": len(out) - 1, "prefills": self.prefill_steps,
-               "spec_steps": stats.steps + sum(self.cost(max(r, self.row_floor)) * n
-                                               for r, n in stats.calls_by_rows.items())}
+               "spec_steps": stats.steps + priced_calls(stats, self.cost, self.row_floor)}
         t = self.totals
         t.utterances += 1
         t.greedy_steps += one["greedy_steps"]

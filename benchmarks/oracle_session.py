@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specwhisper.policy import VerifyCost
+from specwhisper.stats import DecodeStats
+
 
 class OracleSession:
     """Stands in for ``DecoderSession``: the tokens are known, so verifying is comparing."""
@@ -35,3 +38,8 @@ class OracleSession:
             if d == self._tokens[-1]:  # an accepted EOT ends the window
                 return accepted, None
         return accepted, self._tokens[i] if i < len(self._tokens) else None
+
+
+def priced_calls(stats: DecodeStats, cost: VerifyCost, row_floor: int) -> float:
+    """The verify calls of ``stats`` in single-row steps (a call carries at least ``row_floor`` rows)."""
+    return sum(cost(max(rows, row_floor)) * n for rows, n in stats.calls_by_rows.items())

@@ -37,7 +37,7 @@ from specwhisper.stats import DecodeStats
 from specwhisper.tokenizer import WhisperTokenizer
 from specwhisper.tokenmap import TokenMap, build_token_map
 
-from .oracle_session import OracleSession
+from .oracle_session import OracleSession, priced_calls
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -127,7 +127,7 @@ def simulate(drafter, utterances: list[list[int]], window: WindowContext, policy
         st.utterances += 1
         st.tokens += len(text)  # EOT included, the prompt call's token excluded
         st.calls += stats.verify_calls
-        st.cost += sum(cost(max(rows, row_floor)) * n for rows, n in stats.calls_by_rows.items())
+        st.cost += priced_calls(stats, cost, row_floor)
         st.drafted += stats.drafted - stats.filler_drafted
         st.accepted += stats.accepted - stats.filler_accepted
         st.filler_accepted += stats.filler_accepted

@@ -11,7 +11,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from .drafters.base import Drafter
+from .drafters.base import Drafter, NullDrafter
+from .drafters.chain import DrafterChain
+from .policy import first_token_gate
 from .stats import DecodeStats
 from .verifier import DecoderSession
 
@@ -48,6 +50,33 @@ def decode_window(session: DecoderSession, drafter: Drafter, policy: DraftLength
     stats.steps_s += time.perf_counter() - t1
     stats.tokens += len(out)
     return out
+
+
+def decode_with_drafters(session: DecoderSession, chain: DrafterChain, policy: DraftLengthPolicy, max_new_tokens: int,
+                         eot: int, stats: DecodeStats, filler: Callable[[Sequence[int]], int],
+                         gated: bool = False) -> list[int]:
+    """One window as the engine runs it: speculated where the session is batch-invariant and a
+    drafter exists (``filler`` guesses in spare rows; ``gated``: the policy chose the numerics, so
+    the first-token gate may still turn the window single-row), else plain greedy (the
+    no-speculation oracle among them) with a constant filler. ``session.numerics`` then says which."""
+    speculating = session.numerics == "batch-invariant" and bool(chain)
+    gate = first_token_gate(chain, policy) if speculating and gated else None
+    return decode_window(session, chain if speculating else NullDrafter(), policy, max_new_tokens, eot, stats,
+                         filler if speculating else (lambda _tokens: eot), gate)
+
+
+def learn_from_window(chain: DrafterChain, tokens: Sequence[int], numerics: str, policy: DraftLengthPolicy,
+                      stats: DecodeStats, guesser, eot: int) -> None:
+    """After a window: where it was not speculated, its drafters (draft models excepted: they cost
+    a decoder each) replay it in the shadow so the policy learns what speculation would have
+    given; then drafters and the filler's bigrams learn its tokens."""
+    if chain and numerics != "batch-invariant":
+        shadow = DrafterChain([d for d in chain.drafters if not getattr(d, "costly", False)])
+        if shadow:
+            shadow_replay(shadow, tokens, policy.draft_len(), stats, policy)
+    text_tokens = [t for t in tokens if t != eot]
+    chain.end(text_tokens)
+    guesser.learn(text_tokens)
 
 
 def _speculate(session: DecoderSession, drafter: Drafter, policy: DraftLengthPolicy, max_new_tokens: int, eot: int,

@@ -18,8 +18,8 @@ import numpy as np
 from .audio import SAMPLE_RATE, AudioInput, load_audio
 from .audio_ctx import choose_frames, parse_audio_ctx
 from .backend import MAX_POSITIONS, LoadedModel, SelfTestResult, _import_ct2
-from .decoder import decode_window, shadow_replay
-from .drafters.base import Drafter, NullDrafter, WindowContext
+from .decoder import decode_with_drafters, learn_from_window
+from .drafters.base import Drafter, WindowContext
 from .drafters.bigram import BigramGuesser, map_then_bigram
 from .drafters.chain import DrafterChain
 from .errors import SpecWhisperError
@@ -34,7 +34,6 @@ from .policy import (
     VerifyCost,
     choose_numerics,
     default_policy,
-    first_token_gate,
 )
 from .sampling import PositionSampler
 from .stats import DecodeStats
@@ -510,20 +509,10 @@ class WhisperEngine:
             session = DecoderSession(self.lm, encoder_output, prompt, numerics, row_floor=rows[0] or 2,
                                      row_ceiling=rows[1], sampler=sampler,
                                      rules=self._timestamp_rules if timestamps else None)
-            speculating = numerics == "batch-invariant" and bool(chain)
-            # Filler rows carry a cheap guess while speculating; the no-speculation oracle uses a constant.
-            filler = map_then_bigram(self.tokenmap_drafter, guesser) if speculating else (lambda _tokens: eot)
-            gate = first_token_gate(chain, policy) if speculating and gated else None
-            tokens = decode_window(session, chain if speculating else NullDrafter(), policy, max_new, eot, wstats,
-                                   filler, gate)
+            tokens = decode_with_drafters(session, chain, policy, max_new, eot, wstats,
+                                          map_then_bigram(self.tokenmap_drafter, guesser), gated)
             used = session.numerics
-        text_tokens = [t for t in tokens if t != eot]
-        if chain and used != "batch-invariant":  # costly drafters (draft models) stay out of the shadow
-            shadow = DrafterChain([d for d in chain.drafters if not getattr(d, "costly", False)])
-            if shadow:
-                shadow_replay(shadow, tokens, policy.draft_len(), wstats, policy)
-        chain.end(text_tokens)
-        guesser.learn(text_tokens)
+        learn_from_window(chain, tokens, used, policy, wstats, guesser, eot)
         return tokens, used
 
     @staticmethod

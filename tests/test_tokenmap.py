@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 
 from specwhisper.cli import main
+from specwhisper.decoder import decode_window
 from specwhisper.drafters.base import WindowContext
 from specwhisper.drafters.tokenmap_drafter import TokenMapDrafter
 from specwhisper.errors import TokenMapError
+from specwhisper.policy import FixedDraftLength
+from specwhisper.stats import DecodeStats
 from specwhisper.tokenizer import WhisperTokenizer
 from specwhisper.tokenmap import build_token_map, load_token_map
 from specwhisper.tokenmap.format import FLAG_LEARNED, HEADER_SIZE, load
@@ -43,18 +46,16 @@ def _window(tok: WhisperTokenizer) -> WindowContext:
 
 
 def _verify_rounds(drafter, ref: list[int], k: int = 16) -> int:
-    """Replay ``ref`` (text tokens + EOT) as the decoding loop would; returns the verify calls needed."""
-    out, calls = [ref[0]], 0
-    while len(out) < len(ref):
-        draft = drafter.propose(out, k)
-        i, n = len(out), 0
-        while n < len(draft) and i + n < len(ref) and draft[n] == ref[i + n]:
-            n += 1
-        out.extend(ref[i:i + n + 1])
-        drafter.observe(n)
-        calls += 1
+    """Run ``ref`` (text tokens + EOT) through the engine's loop against an oracle, drafting up to
+    ``k`` tokens a call and no filler rows; returns the verify calls needed."""
+    from benchmarks.oracle_session import OracleSession
+
+    stats = DecodeStats()
+    eot = ref[-1]
+    decode_window(OracleSession(ref[:-1], eot, "batch-invariant", row_floor=1, row_ceiling=k + 1), drafter,
+                  FixedDraftLength(k), 224, eot, stats, lambda _tokens: eot)
     drafter.end(ref[:-1])
-    return calls
+    return stats.verify_calls
 
 
 # --- builder and format ---------------------------------------------------------------------------
