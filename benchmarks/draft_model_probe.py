@@ -56,12 +56,13 @@ def _decode(engine: WhisperEngine, encoder_output, numerics: str, drafter, k: in
     return tokens, stats, begin_s
 
 
-def probe(main: str, draft: str, clips: list[Clip], k: int, threads: int, compute_type: str) -> dict:
+def probe(main: str, draft: str, clips: list[Clip], k: int, threads: int, compute_type: str,
+          ahead: bool = False) -> dict:
     engine = WhisperEngine(main, compute_type=compute_type, threads=threads, prompt_lookup=False)
     if engine.row_floor is None:
         raise SpecWhisperError("batch-invariance self-test failed here: nothing to compare", where=main)
     drafter = DraftModelDrafter(draft, engine.tokenizer, compute_type=compute_type, threads=threads,
-                                main_model_dir=engine.model_dir)
+                                main_model_dir=engine.model_dir, ahead=ahead)
     rows = []
     for i, clip in enumerate(clips):
         audio = load_audio(clip.path)
@@ -192,12 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-k", "--draft-len", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--compute-type", default="int8")
+    ap.add_argument("--ahead", action="store_true", help="run the draft model on its own thread, ahead of the main model")
     ap.add_argument("--data", default=None, help="shared corpus root (default ../shared/data)")
     ap.add_argument("--json", default=None, help="write the full result here (atomically)")
     args = ap.parse_args(argv)
     try:
         clips = pick_clips(shared_data_root(args.data), args.clips)
-        summary = probe(args.main, args.draft, clips, args.draft_len, args.threads, args.compute_type)
+        summary = probe(args.main, args.draft, clips, args.draft_len, args.threads, args.compute_type, args.ahead)
     except SpecWhisperError as exc:
         print(exc.message(), file=sys.stderr)
         return 2

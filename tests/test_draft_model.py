@@ -257,6 +257,108 @@ def test_engine_transcribes_the_same_with_the_draft_model(base_engine, drafter, 
     assert drafted.stats["verify_calls"] < plain.stats["verify_calls"]
 
 
+# --- ahead: the draft model on its own thread -------------------------------------------------
+@pytest.fixture(scope="module")
+def ahead_drafter(base_engine, drafter):
+    from specwhisper.drafters.draft_model import DraftModel
+
+    d = DraftModelDrafter(DraftModel(drafter.lm, drafter.remap, drafter.draft.model_dir), base_engine.tokenizer,
+                          ahead=True)
+    yield d
+    d.close()
+
+
+def _ready(ahead_drafter, tokens, k):
+    """Proposals once the thread has caught up (polls: the thread decodes at its own pace)."""
+    import time
+
+    deadline, proposal = time.monotonic() + 10.0, []
+    while time.monotonic() < deadline:
+        proposal = ahead_drafter.propose(tokens, k)
+        if len(proposal) >= k:
+            break
+        time.sleep(0.01)
+    return proposal
+
+
+def test_ahead_drafts_what_the_serial_drafter_drafts(base_engine, drafter, ahead_drafter, shared_data):
+    """The thread follows the main model's history, after corrections too: its next draft is the
+    serial drafter's. (Further on they may part at the draft model's own near-ties: the thread
+    feeds its drafts one row at a time, the serial drafter a rolled-back history in one call,
+    and tiny.en's 1-row and batched numerics differ in the last bits.)"""
+    clip = next(c for c in clips(shared_data, "real") if c.get("id") == "jfk")
+    enc, audio = encode_clip(base_engine, clip["path"])
+    oracle, _ = decode(base_engine, enc, "batch-invariant")
+    window = dataclasses.replace(_window(base_engine), audio=audio)
+    wrong = oracle[:3] + base_engine.tokenizer.encode(" banana split")
+    ahead_drafter.prepare(audio)
+    ahead_drafter.begin(window)
+    drafter.begin(window)
+    for history, k in ((oracle[:1], 4), (oracle[:6], 5), (wrong, 3), (oracle[:8], 4), (oracle[:2], 6)):
+        ahead, serial = _ready(ahead_drafter, history, k), drafter.propose(history, k)
+        assert len(ahead) == k and ahead[:1] == serial[:1], (history, ahead, serial)
+        if history != wrong:  # jfk is easy for tiny.en: it drafts what base says
+            assert ahead[:2] == oracle[len(history):len(history) + 2]
+    ahead_drafter.end(oracle)
+    drafter.end(oracle)
+    assert ahead_drafter.ahead.error == ""
+    assert ahead_drafter.propose(oracle[:2], 4) == []  # after the window: nothing stale
+
+
+def test_ahead_draft_model_is_lossless_in_the_engine(base_engine, ahead_drafter, shared_data):
+    """Through the engine (prepare before the main encoder, the thread racing the loop): the
+    tokens are the no-speculation oracle's, whatever drafts happened to be ready."""
+    saved = list(base_engine.drafters)
+    accepted = ahead_drafter.stats.accepted
+    try:
+        for clip, k in zip(_sentences(shared_data, 3), (4, 8, 2)):
+            base_engine.drafters[:] = []
+            plain = base_engine.transcribe(clip["path"], language="en", numerics="batch-invariant", draft_len=k)
+            base_engine.drafters[:] = [ahead_drafter]
+            drafted = base_engine.transcribe(clip["path"], language="en", numerics="batch-invariant", draft_len=k)
+            assert drafted.tokens == plain.tokens, f"{clip['audio']}: ahead draft model K={k} changed the output"
+    finally:
+        base_engine.drafters[:] = saved
+    assert ahead_drafter.stats.accepted > accepted
+    assert ahead_drafter.ahead.error == ""
+
+
+def test_ahead_survives_adversarial_histories(base_engine, ahead_drafter, shared_data):
+    """Histories that jump around, windows ended mid-draft, out-of-range ids: no error on the thread,
+    and every proposal continues the history it was asked for."""
+    import random
+
+    clip = next(c for c in clips(shared_data, "real") if c.get("id") == "jfk")
+    enc, audio = encode_clip(base_engine, clip["path"])
+    oracle, _ = decode(base_engine, enc, "batch-invariant")
+    rng = random.Random(0)
+    window = dataclasses.replace(_window(base_engine), audio=audio)
+    for _window_round in range(3):
+        ahead_drafter.begin(window)
+        for _ in range(40):
+            cut = rng.randrange(1, len(oracle))
+            history = oracle[:cut] if rng.random() < 0.6 else oracle[:cut] + [rng.randrange(50257)]
+            proposal = ahead_drafter.propose(history, rng.randrange(1, 9))
+            assert all(0 <= t < base_engine.lm.vocab_size for t in proposal)
+            if rng.random() < 0.1:
+                ahead_drafter.end(history)
+                ahead_drafter.begin(window)
+        ahead_drafter.end(oracle)
+    assert ahead_drafter.ahead.error == ""
+    assert _ready(ahead_drafter, oracle[:2], 3) == []
+
+
+def test_policy_prices_a_draft_model_ahead_by_the_slower_of_two(base_engine):
+    from specwhisper.policy import VerifyCost, draft_model_expected_speedup
+
+    cost = VerifyCost({1: 1.0, 3: 1.2, 5: 1.3, 9: 1.6})
+    serial = draft_model_expected_speedup([0.9] * 4, 4, 7.5, 3.5, cost, 3)
+    parallel = draft_model_expected_speedup([0.9] * 4, 4, 7.5, 3.5, cost, 3, parallel=True)
+    e = 0.9 + 0.81 + 0.729 + 0.6561 + 1
+    assert parallel == pytest.approx(e / max(4 * 3.5 / 7.5, 1.3)) and serial == pytest.approx(e / (4 * 3.5 / 7.5 + 1.3))
+    assert parallel > 1.5 > serial
+
+
 # --- bad input ------------------------------------------------------------------------------
 def test_missing_files_is_a_clear_error(base_engine, tiny_model_dir, tmp_path):
     broken = tmp_path / "broken"

@@ -13,6 +13,7 @@ and ``DraftModelDrafter.worth_running``, which the engine should ask before each
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
 from collections.abc import Sequence
@@ -21,15 +22,28 @@ from pathlib import Path
 
 import numpy as np
 
+from ..audio_ctx import SHORT_SIZES
 from ..backend import MAX_POSITIONS, LoadedModel, step_api_available, to_host
 from ..errors import ModelError, SpecWhisperError, TokenMapError
-from ..features import content_frames, log_mel_spectrogram, window_features
+from ..features import N_FRAMES, content_frames, log_mel_spectrogram, short_window_features, window_features
 from ..policy import SPECULATE_MARGIN, VerifyCost, draft_model_best_k
 from ..tokenizer import WhisperTokenizer
 from .base import WindowContext
 from .vocab_remap import VocabRemap
 
 ACCEPT_PRIOR = 0.7  # per-position acceptance assumed before a draft model has been measured
+DRAFT_MARGIN_FRAMES = 200  # trailing silence (mel frames) the draft encoder's short window keeps
+AHEAD_LOOKAHEAD = 8  # draft ids the ahead thread decodes beyond what the main model confirmed
+AHEAD_MIN_READY = 1  # drafts a round waits for (at most AHEAD_WAIT_S) when the ahead thread is behind
+AHEAD_WAIT_S = 0.03
+# Share of the draft encoder's time that an ahead draft model adds to a window's wall time (it
+# runs beside the 2-thread main encoder): long-form base + tiny.en, results/bench9-longform: the
+# main encoder took 114 ms more per window next to a draft encoder of about 450 ms.
+AHEAD_ENCODER_SHARE = 0.25
+# What a window pays for an ahead draft model besides that (its prefill and first drafts beside the
+# main prefill, the thread handovers): on 2-5-token digit clips (results/bench9-real) the decoder
+# phase took about 7 ms more per clip with the draft model than single-row greedy.
+AHEAD_WINDOW_MS = 8.0
 
 
 @dataclass
@@ -140,11 +154,258 @@ def _stored_map(main_dir: Path, main: WhisperTokenizer, draft: WhisperTokenizer)
         return None
 
 
+class DraftDecoder:
+    """The draft model's decoder state for one window: the draft ids it holds after the prompt and
+    its greedy prediction after them. Rolled back with ``truncate_to_step``, never re-prefilled."""
+
+    def __init__(self, lm: LoadedModel, stats: DraftModelStats) -> None:
+        self._model = lm.decoder
+        self._suppress = lm.suppress
+        self._suppress_first = sorted(set(lm.suppress) | set(lm.suppress_begin))
+        self.eot = lm.tokenizer.special.eot
+        self.stats = stats
+        self.state = None
+        self.prompt_len = 0
+        self.fed: list[int] = []  # draft ids in the state after the prompt
+        self.pred: int | None = None  # the draft model's next token after ``fed`` (None: unknown)
+        self.first: int | None = None  # its first token after the prompt
+
+    def start(self, encoder_output, prompt: list[int]) -> None:
+        t0 = time.perf_counter()
+        self.state, logits = self._model.prefill(encoder_output, prompt)
+        scores = to_host(logits).reshape(-1).astype(np.float32, copy=True)
+        scores[self._suppress_first] = -np.inf
+        self.first = self.pred = int(scores.argmax())
+        self.prompt_len = len(prompt)
+        self.fed = []
+        self.stats.windows += 1
+        self.stats.prefill_s += time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.state = None  # frees the window's KV cache
+        self.fed = []
+        self.pred = None
+
+    def room(self, extra: int = 0) -> int:
+        """Tokens that can still be fed after ``fed`` plus ``extra``."""
+        return MAX_POSITIONS - self.prompt_len - len(self.fed) - extra - 1
+
+    def holds(self, target: Sequence[int]) -> bool:
+        """Whether ``fed`` plus the prediction begins with ``target``, so that what follows drafts on."""
+        chain = self.fed if self.pred is None else [*self.fed, self.pred]
+        return len(chain) > len(target) and chain[:len(target)] == list(target)
+
+    def sync(self, target: list[int]) -> None:
+        """Make the state hold exactly ``target`` after the prompt, with the prediction that follows."""
+        fed = self.fed
+        common = 0
+        limit = min(len(fed), len(target))
+        while common < limit and fed[common] == target[common]:
+            common += 1
+        if common < len(fed):
+            self.state.truncate_to_step(self.prompt_len + common)
+            del fed[common:]
+            self.pred = None
+            self.stats.rollbacks += 1
+        todo = target[common:]
+        if not todo and self.pred is None:
+            if fed:  # the prediction after the kept prefix is gone: feed its last token again
+                self.state.truncate_to_step(self.prompt_len + len(fed) - 1)
+                todo = [fed.pop()]
+            else:
+                self.pred = self.first
+        if todo:
+            self.feed(todo)
+
+    def feed(self, tokens: list[int]) -> None:
+        t0 = time.perf_counter()
+        if len(tokens) == 1:
+            self.pred = int(self._model.forward_step_greedy(self.state, tokens[0], self._suppress))
+        else:
+            self.pred = int(self._model.forward_batch_greedy(self.state, tokens, self._suppress)[-1])
+        self.fed.extend(tokens)
+        self.stats.calls += 1
+        self.stats.rows += len(tokens)
+        self.stats.decode_s += time.perf_counter() - t0
+
+
+def draft_frames(n_samples: int) -> int:
+    """Mel frames the draft model's encoder sees for a window of ``n_samples`` (16 kHz).
+
+    Its numerics never reach the text (the main model verifies every draft), so a short encoder
+    window is safe: it only has to draft well. ``DRAFT_MARGIN_FRAMES`` of trailing silence keep
+    a short window from looping before the utterance ends (see ``audio_ctx``).
+    """
+    need = n_samples // 160 + DRAFT_MARGIN_FRAMES
+    return next((s for s in SHORT_SIZES if s >= need), N_FRAMES)
+
+
+def draft_encoder_input(audio: np.ndarray, n_mels: int) -> np.ndarray:
+    """The draft encoder's features for one window's audio (a short window where the audio is short)."""
+    audio = np.asarray(audio, dtype=np.float32)
+    frames = draft_frames(audio.size)
+    if frames < N_FRAMES:
+        return short_window_features(audio, frames, n_mels=n_mels)
+    mel = log_mel_spectrogram(audio, n_mels=n_mels)
+    return window_features(mel[:, :content_frames(mel)], 0)
+
+
+class DraftAhead:
+    """Runs a ``DraftDecoder`` on its own thread, ``lookahead`` draft ids ahead of the main model.
+
+    On CPU the main decoder runs on one core (see ``LoadedModel``), so a second core idles while
+    it decodes. There the draft model keeps decoding greedily past what the main model has
+    confirmed; a round takes the drafts that are ready, and the draft model's steps leave the
+    main loop's critical path: a draft model then pays wherever its drafts are right often
+    enough, whatever its step costs (``policy.draft_model_expected_speedup(parallel=True)``).
+    The main thread only reads a published snapshot; CTranslate2 releases the GIL in its calls.
+    Drafts never reach the text unverified, so timing and races can cost speed, never tokens.
+    """
+
+    def __init__(self, dec: DraftDecoder, lm: LoadedModel, lookahead: int = AHEAD_LOOKAHEAD,
+                 min_ready: int = AHEAD_MIN_READY, wait_s: float = AHEAD_WAIT_S) -> None:
+        self._dec = dec
+        self._lm = lm
+        self.lookahead = max(1, int(lookahead))
+        self.min_ready = max(0, int(min_ready))
+        self.wait_s = wait_s
+        self.waited_s = 0.0  # main-loop time spent waiting for drafts (summed)
+        self.error = ""  # the last failure on the thread (drafting then stops for the window)
+        self._cv = threading.Condition()
+        self._gen = 0  # window generation: work for an older window is dropped
+        self._active = -1  # generation the decoder state belongs to
+        self._prepare: tuple[object, np.ndarray] | None = None  # (audio, features) to encode
+        self._encoded: tuple[object, object] | None = None  # (audio, encoder output)
+        self._start: tuple[int, object, list[int]] | None = None  # (generation, audio, prompt)
+        self._target: tuple[int, ...] | None = None  # the main model's tokens (draft ids); None: none yet
+        self._snapshot: tuple[int, tuple[int, ...]] = (-1, ())  # (generation, fed + prediction)
+        self._busy = False
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="draft-ahead", daemon=True)
+        self._thread.start()
+
+    # --- main thread -------------------------------------------------------------------------
+    def prepare(self, audio) -> None:
+        features = draft_encoder_input(audio, self._lm.n_mels)
+        with self._cv:
+            self._prepare = (audio, features)
+            self._cv.notify_all()
+
+    def start_window(self, audio, prompt: list[int]) -> None:
+        with self._cv:
+            self._gen += 1
+            self._target = None
+            self._start = (self._gen, audio, list(prompt))
+            self._cv.notify_all()
+
+    def stop_window(self) -> None:
+        with self._cv:
+            self._gen += 1
+            self._start = None
+            self._target = None
+            self._cv.notify_all()
+
+    def drafts_after(self, target: list[int], k: int) -> list[int]:
+        """Draft ids that follow ``target`` (the main model's tokens in the draft vocabulary), as far
+        as the thread has decoded them; waits briefly when fewer than ``min_ready`` are there."""
+        need = min(k, self.min_ready)
+        t0 = time.perf_counter()
+        with self._cv:
+            self._target = tuple(target)
+            self._cv.notify_all()
+            while True:
+                gen, chain = self._snapshot
+                ready = list(chain[len(target):]) if gen == self._gen and chain[:len(target)] == tuple(target) else []
+                if len(ready) >= need or (not self._busy and not self._wants_work()):
+                    break
+                left = self.wait_s - (time.perf_counter() - t0)
+                if left <= 0:
+                    break
+                self._cv.wait(left)
+        self.waited_s += time.perf_counter() - t0
+        return ready
+
+    def shutdown(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+
+    # --- the thread ---------------------------------------------------------------------------
+    def _wants_work(self) -> bool:
+        """(Under the lock.) Whether the thread has something useful to do now."""
+        if self._prepare is not None or self._start is not None:
+            return True
+        dec = self._dec
+        if self._active != self._gen:
+            return dec.state is not None  # a finished window's state to free
+        target = self._target
+        if dec.state is None:
+            return False
+        target = target or ()
+        if not dec.holds(target):
+            return dec.room(len(target) - len(dec.fed)) >= 1
+        ahead = len(dec.fed) + 1 - len(target)
+        return ahead < self.lookahead and dec.pred != dec.eot and dec.room() >= 1
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stopping and not self._wants_work():
+                    self._cv.wait()
+                if self._stopping:
+                    return
+                job, self._busy = self._take_job(), True
+            try:
+                job()
+            except Exception as exc:  # a draft failure must never stop the transcription
+                self.error = f"{type(exc).__name__}: {exc}"
+                self._dec.close()
+            with self._cv:
+                self._busy = False
+                dec = self._dec
+                chain = tuple(dec.fed) + ((dec.pred,) if dec.pred is not None else ())
+                self._snapshot = (self._active, chain) if dec.state is not None else (-1, ())
+                self._cv.notify_all()
+
+    def _take_job(self):
+        """(Under the lock.) The next unit of work as a callable run without the lock."""
+        if self._prepare is not None:
+            audio, features = self._prepare
+            self._prepare = None
+            return lambda: self._encode(audio, features)
+        if self._start is not None:
+            gen, audio, prompt = self._start
+            self._start = None
+            return lambda: self._begin(gen, audio, prompt)
+        dec, target = self._dec, list(self._target or ())
+        if self._active != self._gen:
+            return dec.close
+        if not dec.holds(target):
+            return lambda: dec.sync(target)
+        return lambda: dec.feed([dec.pred])
+
+    def _encode(self, audio, features: np.ndarray) -> None:
+        t0 = time.perf_counter()
+        self._encoded = (audio, self._lm.encode(features))
+        self._dec.stats.encoder_s += time.perf_counter() - t0
+
+    def _begin(self, gen: int, audio, prompt: list[int]) -> None:
+        encoded = self._encoded
+        self._encoded = None
+        if encoded is None or encoded[0] is not audio:
+            self._encode(audio, draft_encoder_input(audio, self._lm.n_mels))
+            encoded, self._encoded = self._encoded, None
+        self._dec.start(encoded[1], prompt)
+        self._active = gen
+
+
 class DraftModelDrafter:
     """Drafts with a small Whisper; see module docstring.
 
     ``DraftModelDrafter("tiny.en", engine.tokenizer)`` or with a directory. Acceptance by
-    position and the draft model's costs accumulate in ``stats``.
+    position and the draft model's costs accumulate in ``stats``. ``ahead=True`` runs the draft
+    model on its own thread (see ``DraftAhead``): proposing then costs the main loop nothing but
+    the drafts that are already there.
     """
 
     name = "draft_model"
@@ -153,35 +414,37 @@ class DraftModelDrafter:
     def __init__(self, draft_dir_or_name: str | Path | DraftModel, main_tokenizer: WhisperTokenizer,
                  device: str = "cpu", compute_type: str = "int8", threads: int = 2, *,
                  main_model_dir: str | Path | None = None, main_device: str | None = None,
-                 max_draft_steps: int = 16) -> None:
+                 max_draft_steps: int = 16, ahead: bool = False, lookahead: int = AHEAD_LOOKAHEAD,
+                 min_ready: int = AHEAD_MIN_READY) -> None:
         if isinstance(draft_dir_or_name, DraftModel):
             self.draft = draft_dir_or_name
         else:
             self.draft = load_draft_model(draft_dir_or_name, main_tokenizer, main_model_dir=main_model_dir,
                                           device=device, main_device=main_device, compute_type=compute_type,
-                                          threads=threads)
+                                          threads=1 if ahead else threads)
         self.lm = self.draft.lm
         self.remap = self.draft.remap
-        self._model = self.lm.decoder
-        self._suppress = self.lm.suppress
-        self._suppress_first = sorted(set(self.lm.suppress) | set(self.lm.suppress_begin))
         self._eot = self.lm.tokenizer.special.eot
         self.max_draft_steps = max_draft_steps
         self.enabled = True
         self.stats = DraftModelStats()
         self.off_reason = ""  # why the current window has no drafts ("" while drafting)
-        self._state = None
-        self._prompt_len = 0
-        self._fed: list[int] = []  # draft ids in the state after the prompt
-        self._pred: int | None = None  # draft model's next token after ``_fed`` (None: unknown)
-        self._first: int | None = None  # its first token after the prompt
+        self._dec = DraftDecoder(self.lm, self.stats)
+        self.ahead: DraftAhead | None = DraftAhead(self._dec, self.lm, lookahead, min_ready) if ahead else None
         self._last_proposed = 0
 
     # --- drafter protocol ---------------------------------------------------------------------
+    def prepare(self, audio: np.ndarray) -> None:
+        """Start the draft encoder on a window's audio before the main model encodes it (ahead mode
+        only: the encoders then share the cores instead of the draft encoder delaying decoding)."""
+        if self.ahead is not None and self.enabled:
+            self.ahead.prepare(audio)
+
     def begin(self, window: WindowContext) -> None:
-        self._state = None
-        self._fed = []
-        self._pred = self._first = None
+        if self.ahead is not None:
+            self.ahead.stop_window()  # the thread frees the old state: only it touches the decoder
+        else:
+            self._dec.close()
         if not self.enabled:
             self.off_reason = "disabled"
             return
@@ -195,47 +458,55 @@ class DraftModelDrafter:
         if len(prompt) >= MAX_POSITIONS - 2:
             self.off_reason = "prompt too long for the draft model"
             return
-        t0 = time.perf_counter()
-        mel = log_mel_spectrogram(np.asarray(window.audio, dtype=np.float32), n_mels=self.lm.n_mels)
-        encoder_output = self.lm.encode(window_features(mel[:, :content_frames(mel)], 0))
-        t1 = time.perf_counter()
-        self._state, logits = self._model.prefill(encoder_output, prompt)
-        scores = to_host(logits).reshape(-1).astype(np.float32, copy=True)
-        scores[self._suppress_first] = -np.inf
-        self._first = self._pred = int(scores.argmax())
-        self._prompt_len = len(prompt)
-        self.stats.windows += 1
-        self.stats.encoder_s += t1 - t0
-        self.stats.prefill_s += time.perf_counter() - t1
         self.off_reason = ""
+        if self.ahead is not None:
+            self.ahead.start_window(window.audio, prompt)
+            return
+        t0 = time.perf_counter()
+        encoder_output = self.lm.encode(draft_encoder_input(window.audio, self.lm.n_mels))
+        self.stats.encoder_s += time.perf_counter() - t0
+        self._dec.start(encoder_output, prompt)
 
     def propose(self, tokens: Sequence[int], k: int) -> list[int]:
         self._last_proposed = 0
-        if self._state is None or k <= 0:
+        if k <= 0 or self.off_reason:
             return []
         target, n = self.remap.to_draft(tokens)
-        room = MAX_POSITIONS - self._prompt_len - len(target) - 1
-        if n < len(tokens) or room < 1:
+        if n < len(tokens):
             return []
-        self._sync(target)
-        drafted: list[int] = []
-        mapped: list[int] = []
-        limit = min(self.max_draft_steps, room, 2 * k + 2)
-        while True:
-            d = self._pred
-            if d is None:
-                break
-            drafted.append(d)
-            candidate, ok = self.remap.to_main(drafted)
-            if ok < len(drafted):  # no counterpart in the main vocabulary: draft up to here
-                break
-            mapped = candidate
-            if d == self._eot or len(mapped) >= k or len(drafted) >= limit:
-                break
-            self._feed([d])
-        proposal = mapped[:k]
+        if self.ahead is not None:
+            drafted = self.ahead.drafts_after(target, k)
+        else:
+            drafted = self._draft_now(target, k)
+        proposal = self._to_main(drafted)[:k]
         self._last_proposed = len(proposal)
         return proposal
+
+    def _draft_now(self, target: list[int], k: int) -> list[int]:
+        """Draft ids after ``target``, decoded now on this thread (serial mode)."""
+        dec = self._dec
+        if dec.state is None or dec.room(len(target) - len(dec.fed)) < 1:
+            return []
+        dec.sync(target)
+        limit = min(self.max_draft_steps, dec.room(), 2 * k + 2)
+        drafted: list[int] = []
+        while dec.pred is not None:
+            drafted.append(dec.pred)
+            mapped, ok = self.remap.to_main(drafted)
+            if ok < len(drafted) or dec.pred == self._eot or len(mapped) >= k or len(drafted) >= limit:
+                break
+            dec.feed([dec.pred])
+        return drafted
+
+    def _to_main(self, drafted: list[int]) -> list[int]:
+        """Main ids for the longest prefix of ``drafted`` that has a counterpart in the main vocabulary."""
+        mapped: list[int] = []
+        for i in range(1, len(drafted) + 1):
+            candidate, ok = self.remap.to_main(drafted[:i])
+            if ok < i:
+                break
+            mapped = candidate
+        return mapped
 
     def observe(self, n_accepted: int) -> None:
         """Bookkeeping only: the rollback happens in the next ``propose``, which sees the corrected tokens."""
@@ -244,52 +515,26 @@ class DraftModelDrafter:
             self._last_proposed = 0
 
     def end(self, tokens: Sequence[int]) -> None:
-        self._state = None  # frees the window's KV cache
-        self._fed = []
+        if self.ahead is not None:
+            self.ahead.stop_window()
+        else:
+            self._dec.close()
+
+    def close(self) -> None:
+        """Stop the ahead thread (it is a daemon; this only frees it sooner)."""
+        if self.ahead is not None:
+            self.ahead.shutdown()
 
     # --- state keeping ------------------------------------------------------------------------
     @property
     def held_tokens(self) -> list[int]:
         """Draft ids the decoder state holds after the prompt."""
-        return list(self._fed)
+        return list(self._dec.fed)
 
     @property
     def state_step(self) -> int:
         """Positions in the draft decoder state (prompt included); 0 between windows."""
-        return self._state.current_step if self._state is not None else 0
-
-    def _sync(self, target: list[int]) -> None:
-        """Make the state hold exactly ``target`` after the prompt, with the prediction that follows."""
-        fed = self._fed
-        common = 0
-        limit = min(len(fed), len(target))
-        while common < limit and fed[common] == target[common]:
-            common += 1
-        if common < len(fed):
-            self._state.truncate_to_step(self._prompt_len + common)
-            del fed[common:]
-            self._pred = None
-            self.stats.rollbacks += 1
-        todo = target[common:]
-        if not todo and self._pred is None:
-            if fed:  # the prediction after the kept prefix is gone: feed its last token again
-                self._state.truncate_to_step(self._prompt_len + len(fed) - 1)
-                todo = [fed.pop()]
-            else:
-                self._pred = self._first
-        if todo:
-            self._feed(todo)
-
-    def _feed(self, tokens: list[int]) -> None:
-        t0 = time.perf_counter()
-        if len(tokens) == 1:
-            self._pred = int(self._model.forward_step_greedy(self._state, tokens[0], self._suppress))
-        else:
-            self._pred = int(self._model.forward_batch_greedy(self._state, tokens, self._suppress)[-1])
-        self._fed.extend(tokens)
-        self.stats.calls += 1
-        self.stats.rows += len(tokens)
-        self.stats.decode_s += time.perf_counter() - t0
+        return self._dec.state.current_step if self._dec.state is not None else 0
 
     # --- cost --------------------------------------------------------------------------------
     def calibrate(self, steps: int = 8) -> float:
@@ -310,11 +555,13 @@ class DraftModelDrafter:
         """
         draft_ms = self.calibrate()
         accept = self.stats.accept_by_pos() or [ACCEPT_PRIOR]
-        if draft_encoder_ms is None:
-            draft_encoder_ms = self.stats.encoder_ms
+        if draft_encoder_ms is None:  # before any window: a full window's encoder, or ahead a short one's
+            draft_encoder_ms = self.stats.encoder_ms if self.stats.windows else main_step_ms * (8 if self.ahead else 40)
         fixed = draft_encoder_ms + (1000.0 * self.stats.prefill_s / self.stats.windows if self.stats.windows else 0.0)
+        if self.ahead is not None:  # runs beside the main encoder, on the core the decoder leaves idle
+            fixed = fixed * AHEAD_ENCODER_SHARE + AHEAD_WINDOW_MS
         k, speedup = draft_model_best_k(accept, main_step_ms, draft_ms, verify_cost, row_floor,
-                                        fixed / max(tokens_per_window, 1.0))
+                                        fixed / max(tokens_per_window, 1.0), parallel=self.ahead is not None)
         why = (f"draft model expected speedup {speedup:.2f}x (K={k}, draft/main step {draft_ms:.1f}/{main_step_ms:.1f} ms,"
                f" acceptance {accept[0]:.2f})")
         return speedup >= margin, k, why
