@@ -111,7 +111,7 @@ def _copy(s: DraftModelStats) -> DraftModelStats:
 
 def _delta(now: DraftModelStats, before: DraftModelStats) -> DraftModelStats:
     out = DraftModelStats()
-    for name in ("windows", "encoder_s", "prefill_s", "calls", "rows", "decode_s", "rollbacks", "proposals", "proposed",
+    for name in ("windows", "encoder_s", "prefill_s", "calls", "rows", "decode_s", "rollbacks", "asked", "proposals", "proposed",
                  "accepted"):
         setattr(out, name, getattr(now, name) - getattr(before, name))
     pad = len(now.tried_by_pos)

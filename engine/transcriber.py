@@ -558,6 +558,11 @@ class WhisperEngine:
         return TimestampRules(eot=special.eot, no_timestamps=special.no_timestamps,
                               timestamp_begin=special.timestamp_begin, vocab_size=self.lm.vocab_size)
 
+    def close(self) -> None:
+        """Stop the draft model's ahead thread now (dropping the engine stops it too, within a second)."""
+        if self.draft_drafter is not None:
+            self.draft_drafter.close()
+
     # ------------------------------------------------------------------------------------------
     def save_learned(self, path: str | Path) -> Path:
         """Write the online-learned token map (``--learn-save``) atomically."""

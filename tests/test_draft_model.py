@@ -348,6 +348,22 @@ def test_ahead_survives_adversarial_histories(base_engine, ahead_drafter, shared
     assert _ready(ahead_drafter, oracle[:2], 3) == []
 
 
+def test_a_dropped_ahead_drafter_stops_its_thread(base_engine, drafter):
+    """The thread keeps only a weak reference between jobs: dropping the drafter frees the model."""
+    import gc
+
+    from specwhisper.drafters.draft_model import DraftModel
+
+    d = DraftModelDrafter(DraftModel(drafter.lm, drafter.remap, drafter.draft.model_dir), base_engine.tokenizer,
+                          ahead=True)
+    thread = d.ahead._thread
+    assert thread.is_alive()
+    del d
+    gc.collect()
+    thread.join(timeout=5.0)
+    assert not thread.is_alive()
+
+
 def test_policy_prices_a_draft_model_ahead_by_the_slower_of_two(base_engine):
     from specwhisper.policy import VerifyCost, draft_model_expected_speedup
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ from ..audio_ctx import SHORT_SIZES
 from ..backend import MAX_POSITIONS, LoadedModel, step_api_available, to_host
 from ..errors import ModelError, SpecWhisperError, TokenMapError
 from ..features import N_FRAMES, content_frames, log_mel_spectrogram, short_window_features, window_features
-from ..policy import SPECULATE_MARGIN, VerifyCost, draft_model_best_k
+from ..policy import SPECULATE_MARGIN, VerifyCost, draft_model_best_k, expected_tokens
 from ..tokenizer import WhisperTokenizer
 from .base import WindowContext
 from .vocab_remap import VocabRemap
@@ -37,13 +38,15 @@ AHEAD_LOOKAHEAD = 8  # draft ids the ahead thread decodes beyond what the main m
 AHEAD_MIN_READY = 1  # drafts a round waits for (at most AHEAD_WAIT_S) when the ahead thread is behind
 AHEAD_WAIT_S = 0.03
 # Share of the draft encoder's time that an ahead draft model adds to a window's wall time (it
-# runs beside the 2-thread main encoder): long-form base + tiny.en, results/bench9-longform: the
-# main encoder took 114 ms more per window next to a draft encoder of about 450 ms.
-AHEAD_ENCODER_SHARE = 0.25
+# runs beside the 2-thread main encoder). Measured, base + tiny.en: long-form 114 and 176 ms more
+# main encoder per window next to a draft encoder of about 450 ms (results/bench9-longform,
+# bench9-longform-policy), short real clips about 22 ms next to 30-60 ms (bench10-real-policy).
+AHEAD_ENCODER_SHARE = 0.5
 # What a window pays for an ahead draft model besides that (its prefill and first drafts beside the
 # main prefill, the thread handovers): on 2-5-token digit clips (results/bench9-real) the decoder
 # phase took about 7 ms more per clip with the draft model than single-row greedy.
 AHEAD_WINDOW_MS = 8.0
+REPROBE_EVERY = 16  # a refused draft model still runs on every 16th window, to keep its measurements fresh
 
 
 @dataclass
@@ -57,6 +60,7 @@ class DraftModelStats:
     rows: int = 0  # tokens fed through those calls
     decode_s: float = 0.0
     rollbacks: int = 0
+    asked: int = 0  # rounds that reached this drafter in a drafting window (earlier drafters had nothing)
     proposals: int = 0
     proposed: int = 0
     accepted: int = 0
@@ -281,7 +285,10 @@ class DraftAhead:
         self._snapshot: tuple[int, tuple[int, ...]] = (-1, ())  # (generation, fed + prediction)
         self._busy = False
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="draft-ahead", daemon=True)
+        # The thread holds only a weak reference between jobs, so that an engine dropped without
+        # ``close()`` frees its draft model (the thread then ends within a second).
+        self._thread = threading.Thread(target=_ahead_loop, args=(weakref.ref(self),), name="draft-ahead",
+                                        daemon=True)
         self._thread.start()
 
     # --- main thread -------------------------------------------------------------------------
@@ -347,25 +354,28 @@ class DraftAhead:
         ahead = len(dec.fed) + 1 - len(target)
         return ahead < self.lookahead and dec.pred != dec.eot and dec.room() >= 1
 
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._stopping and not self._wants_work():
-                    self._cv.wait()
-                if self._stopping:
-                    return
-                job, self._busy = self._take_job(), True
-            try:
-                job()
-            except Exception as exc:  # a draft failure must never stop the transcription
-                self.error = f"{type(exc).__name__}: {exc}"
-                self._dec.close()
-            with self._cv:
-                self._busy = False
-                dec = self._dec
-                chain = tuple(dec.fed) + ((dec.pred,) if dec.pred is not None else ())
-                self._snapshot = (self._active, chain) if dec.state is not None else (-1, ())
-                self._cv.notify_all()
+    def _next_job(self, idle_s: float):
+        """The next unit of work, waiting up to ``idle_s`` for one (None: none, or stopping)."""
+        with self._cv:
+            if not self._stopping and not self._wants_work():
+                self._cv.wait(idle_s)
+            if self._stopping or not self._wants_work():
+                return None
+            self._busy = True
+            return self._take_job()
+
+    def _run_job(self, job) -> None:
+        try:
+            job()
+        except Exception as exc:  # a draft failure must never stop the transcription
+            self.error = f"{type(exc).__name__}: {exc}"
+            self._dec.close()
+        with self._cv:
+            self._busy = False
+            dec = self._dec
+            chain = tuple(dec.fed) + ((dec.pred,) if dec.pred is not None else ())
+            self._snapshot = (self._active, chain) if dec.state is not None else (-1, ())
+            self._cv.notify_all()
 
     def _take_job(self):
         """(Under the lock.) The next unit of work as a callable run without the lock."""
@@ -397,6 +407,18 @@ class DraftAhead:
             encoded, self._encoded = self._encoded, None
         self._dec.start(encoded[1], prompt)
         self._active = gen
+
+
+def _ahead_loop(ref: weakref.ref) -> None:
+    """The ahead thread: run jobs while the ``DraftAhead`` lives and is not shut down."""
+    while True:
+        ahead = ref()
+        if ahead is None or ahead._stopping:
+            return
+        job = ahead._next_job(idle_s=1.0)
+        if job is not None:
+            ahead._run_job(job)
+        del ahead, job
 
 
 class DraftModelDrafter:
@@ -432,6 +454,7 @@ class DraftModelDrafter:
         self._dec = DraftDecoder(self.lm, self.stats)
         self.ahead: DraftAhead | None = DraftAhead(self._dec, self.lm, lookahead, min_ready) if ahead else None
         self._last_proposed = 0
+        self._refused = 0  # windows refused in a row (see worth_running)
 
     # --- drafter protocol ---------------------------------------------------------------------
     def prepare(self, audio: np.ndarray) -> None:
@@ -471,6 +494,7 @@ class DraftModelDrafter:
         self._last_proposed = 0
         if k <= 0 or self.off_reason:
             return []
+        self.stats.asked += 1
         target, n = self.remap.to_draft(tokens)
         if n < len(tokens):
             return []
@@ -551,7 +575,10 @@ class DraftModelDrafter:
         """Whether drafting with this model is expected to beat greedy, the best K, and why.
 
         Uses measured acceptance by position (``ACCEPT_PRIOR`` before any), the draft's measured
-        step time, and its encoder + prefill spread over ``tokens_per_window``.
+        step time, and its encoder + prefill spread over the tokens it helps decode: at most
+        ``tokens_per_window``, and where drafters asked before it (a domain token map) leave it
+        few rounds, the tokens of those rounds only. Refused ``REPROBE_EVERY`` times in a row, it
+        runs once more, so that a changed measurement can change the answer.
         """
         draft_ms = self.calibrate()
         accept = self.stats.accept_by_pos() or [ACCEPT_PRIOR]
@@ -560,11 +587,19 @@ class DraftModelDrafter:
         fixed = draft_encoder_ms + (1000.0 * self.stats.prefill_s / self.stats.windows if self.stats.windows else 0.0)
         if self.ahead is not None:  # runs beside the main encoder, on the core the decoder leaves idle
             fixed = fixed * AHEAD_ENCODER_SHARE + AHEAD_WINDOW_MS
+        if self.stats.windows >= 2:  # the rounds that reach it, at the tokens a round yields
+            reached = self.stats.asked / self.stats.windows * expected_tokens(accept, 4)
+            tokens_per_window = min(tokens_per_window, reached)
         k, speedup = draft_model_best_k(accept, main_step_ms, draft_ms, verify_cost, row_floor,
                                         fixed / max(tokens_per_window, 1.0), parallel=self.ahead is not None)
         why = (f"draft model expected speedup {speedup:.2f}x (K={k}, draft/main step {draft_ms:.1f}/{main_step_ms:.1f} ms,"
-               f" acceptance {accept[0]:.2f})")
-        return speedup >= margin, k, why
+               f" acceptance {accept[0]:.2f}, {tokens_per_window:.0f} tokens a window)")
+        ok = speedup >= margin
+        self._refused = 0 if ok else self._refused + 1
+        if self._refused >= REPROBE_EVERY:
+            self._refused, ok = 0, True
+            why += "; run once more to re-measure"
+        return ok, k, why
 
 
 def open_draft_drafter(draft: str | Path, main_tokenizer: WhisperTokenizer, *, on_error: str = "warn",
