@@ -40,8 +40,9 @@ def _encode(engine, path: str):
 
 
 def decode(engine, encoder_output, numerics: str, drafter=None, k: int = 4, language: str = "en",
-           filler=None, sampler=None, timestamps: bool = False) -> tuple[list[int], DecodeStats]:
-    """Tokens (EOT excluded) and stats of one window through ``decode_window``."""
+           filler=None, sampler=None, timestamps: bool = False, audio=None) -> tuple[list[int], DecodeStats]:
+    """Tokens (EOT excluded) and stats of one window through ``decode_window`` (``audio``: the
+    window's waveform, for drafters that run their own encoder)."""
     tok = engine.tokenizer
     prompt = tok.sot_sequence(language, timestamps=timestamps)
     eot = tok.special.eot
@@ -50,7 +51,7 @@ def decode(engine, encoder_output, numerics: str, drafter=None, k: int = 4, lang
                              row_ceiling=engine.row_ceiling, sampler=sampler,
                              rules=engine._timestamp_rules if timestamps else None)
     drafter = drafter or NullDrafter()
-    drafter.begin(WindowContext(prompt=tuple(prompt), eot=eot, max_new_tokens=max_new))
+    drafter.begin(WindowContext(prompt=tuple(prompt), eot=eot, max_new_tokens=max_new, audio=audio))
     stats = DecodeStats()
     tokens = decode_window(session, drafter, FixedDraftLength(k), max_new, eot, stats,
                            filler or (lambda _t: eot))

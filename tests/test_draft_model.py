@@ -42,25 +42,6 @@ def drafter(base_engine, tiny_model_dir):
     return DraftModelDrafter(tiny_model_dir, base_engine.tokenizer, threads=2)
 
 
-class _WithAudio:
-    """Gives the drafter the clip's audio (tests' ``decode`` starts windows without it)."""
-
-    def __init__(self, drafter, audio):
-        self.drafter, self.audio, self.name = drafter, audio, drafter.name
-
-    def begin(self, window):
-        self.drafter.begin(dataclasses.replace(window, audio=self.audio))
-
-    def propose(self, tokens, k):
-        return self.drafter.propose(tokens, k)
-
-    def observe(self, n):
-        self.drafter.observe(n)
-
-    def end(self, tokens):
-        self.drafter.end(tokens)
-
-
 def _sentences(shared_data, n):
     return [c for c in clips(shared_data, "real") if c.get("kind") == "sentence"][:n]
 
@@ -163,8 +144,8 @@ def test_draft_model_is_lossless(base_engine, drafter, shared_data):
     for clip, k in zip(_sentences(shared_data, 4), (4, 2, 7, 1)):
         enc, audio = encode_clip(base_engine, clip["path"])
         oracle, _ = decode(base_engine, enc, "batch-invariant")
-        tokens, stats = decode(base_engine, enc, "batch-invariant", _WithAudio(drafter, audio), k=k,
-                               filler=base_engine.guesser)
+        tokens, stats = decode(base_engine, enc, "batch-invariant", drafter, k=k,
+                               filler=base_engine.guesser, audio=audio)
         assert tokens == oracle, f"{clip['audio']}: draft model K={k} changed the output"
         drafted += stats.by_drafter.get("draft_model", {}).get("drafted", 0)
     assert drafted > 0
@@ -174,7 +155,7 @@ def test_tiny_en_drafts_are_accepted_on_jfk(base_engine, drafter, shared_data):
     """High acceptance across vocabularies is what shows the remap (ids, specials, prompt) is right."""
     clip = next(c for c in clips(shared_data, "real") if c.get("id") == "jfk")
     enc, audio = encode_clip(base_engine, clip["path"])
-    tokens, stats = decode(base_engine, enc, "batch-invariant", _WithAudio(drafter, audio), k=4)
+    tokens, stats = decode(base_engine, enc, "batch-invariant", drafter, k=4, audio=audio)
     assert stats.acceptance_rate > 0.5, stats.to_dict()
     assert stats.verify_calls < len(tokens) / 2
 
@@ -225,7 +206,7 @@ def test_same_vocabulary_passes_tokens_through(tiny_engine, shared_data):
     clip = next(c for c in clips(shared_data, "real") if c.get("id") == "jfk")
     enc, audio = encode_clip(tiny_engine, clip["path"])
     oracle, _ = decode(tiny_engine, enc, "batch-invariant")
-    tokens, stats = decode(tiny_engine, enc, "batch-invariant", _WithAudio(drafter, audio), k=5)
+    tokens, stats = decode(tiny_engine, enc, "batch-invariant", drafter, k=5, audio=audio)
     assert tokens == oracle
     # Not 1.0: the draft steps 1 row at a time, and on jfk tiny.en's 1-row numerics drop a comma
     # that its batch-invariant numerics keep (a near-tie); everything else is accepted.

@@ -1,8 +1,10 @@
-"""Every single-window clip of every shared set, both models (``pytest -m full``, about 25 minutes).
+"""Every single-window clip of every shared set, both models (``pytest -m full``, about 35 minutes).
 
 Per clip, one encoder pass serves all checks: single-row tokens equal the fork's ``generate``,
 and speculation with adversarial drafters equals the no-speculation oracle in batch-invariant
 numerics, greedy and sampled (temperature 0.7, a seed per clip). Multi-window files (long-form) go through ``transcribe`` with prompt lookup.
+The draft model running ahead on its own thread (tiny.en for base) is checked on every English
+clip and on the long-form files, where its timing differs from run to run but the tokens must not.
 """
 
 from __future__ import annotations
@@ -55,3 +57,38 @@ def test_long_form_exact_with_prompt_lookup(base_model_dir, shared_data):
             spec = engine.transcribe(path, **options)
             assert [w.tokens for w in spec.windows] == [w.tokens for w in oracle.windows], (path.name, timestamps)
             assert spec.tokens == oracle.tokens
+
+
+def test_ahead_draft_model_exact_on_every_clip(base_engine, base_model_dir, tiny_model_dir, shared_data):
+    from specwhisper import WhisperEngine
+    from specwhisper.drafters.draft_model import DraftModelDrafter
+
+    drafter = DraftModelDrafter(tiny_model_dir, base_engine.tokenizer, ahead=True)
+    failures, accepted = [], 0
+    try:
+        for seed, clip in enumerate(every_single_window_clip(shared_data)):
+            if clip.get("lang", "en") != "en":
+                continue
+            enc, audio = encode_clip(base_engine, clip["path"])
+            oracle, _ = decode(base_engine, enc, "batch-invariant")
+            drafter.prepare(audio)
+            tokens, stats = decode(base_engine, enc, "batch-invariant", drafter, k=1 + seed % 8,
+                                   filler=base_engine.guesser, audio=audio)
+            accepted += stats.accepted
+            if tokens != oracle:
+                failures.append(f"{clip['audio']}: ahead draft model K={1 + seed % 8} changed the output")
+        assert drafter.ahead.error == ""
+    finally:
+        drafter.close()
+    assert not failures, failures
+    assert accepted > 0
+
+    engine = WhisperEngine(base_model_dir, threads=2, prompt_lookup=True, draft_model=tiny_model_dir, draft_ahead=True)
+    try:
+        for path in sorted((shared_data / "longform").glob("*.flac")):
+            options = dict(language="en", numerics="batch-invariant")
+            oracle = engine.transcribe(path, speculation=False, **options)
+            spec = engine.transcribe(path, **options)
+            assert [w.tokens for w in spec.windows] == [w.tokens for w in oracle.windows], path.name
+    finally:
+        engine.close()
