@@ -278,7 +278,7 @@ class DraftAhead:
         self._cv = threading.Condition()
         self._gen = 0  # window generation: work for an older window is dropped
         self._active = -1  # generation the decoder state belongs to
-        self._prepare: tuple[object, np.ndarray] | None = None  # (audio, features) to encode
+        self._prepare: object | None = None  # audio whose draft encoder output to compute
         self._encoded: tuple[object, object] | None = None  # (audio, encoder output)
         self._start: tuple[int, object, list[int]] | None = None  # (generation, audio, prompt)
         self._target: tuple[int, ...] | None = None  # the main model's tokens (draft ids); None: none yet
@@ -293,9 +293,8 @@ class DraftAhead:
 
     # --- main thread -------------------------------------------------------------------------
     def prepare(self, audio) -> None:
-        features = draft_encoder_input(audio, self._lm.n_mels)
         with self._cv:
-            self._prepare = (audio, features)
+            self._prepare = audio
             self._cv.notify_all()
 
     def start_window(self, audio, prompt: list[int]) -> None:
@@ -315,14 +314,14 @@ class DraftAhead:
     def drafts_after(self, target: list[int], k: int) -> list[int]:
         """Draft ids that follow ``target`` (the main model's tokens in the draft vocabulary), as far
         as the thread has decoded them; waits briefly when fewer than ``min_ready`` are there."""
-        need = min(k, self.min_ready)
+        need, wanted = min(k, self.min_ready), tuple(target)
         t0 = time.perf_counter()
         with self._cv:
-            self._target = tuple(target)
+            self._target = wanted
             self._cv.notify_all()
             while True:
                 gen, chain = self._snapshot
-                ready = list(chain[len(target):]) if gen == self._gen and chain[:len(target)] == tuple(target) else []
+                ready = list(chain[len(wanted):]) if gen == self._gen and chain[:len(wanted)] == wanted else []
                 if len(ready) >= need or (not self._busy and not self._wants_work()):
                     break
                 left = self.wait_s - (time.perf_counter() - t0)
@@ -345,10 +344,9 @@ class DraftAhead:
         dec = self._dec
         if self._active != self._gen:
             return dec.state is not None  # a finished window's state to free
-        target = self._target
         if dec.state is None:
             return False
-        target = target or ()
+        target = self._target or ()
         if not dec.holds(target):
             return dec.room(len(target) - len(dec.fed)) >= 1
         ahead = len(dec.fed) + 1 - len(target)
@@ -380,9 +378,8 @@ class DraftAhead:
     def _take_job(self):
         """(Under the lock.) The next unit of work as a callable run without the lock."""
         if self._prepare is not None:
-            audio, features = self._prepare
-            self._prepare = None
-            return lambda: self._encode(audio, features)
+            audio, self._prepare = self._prepare, None
+            return lambda: self._encode(audio)
         if self._start is not None:
             gen, audio, prompt = self._start
             self._start = None
@@ -394,16 +391,16 @@ class DraftAhead:
             return lambda: dec.sync(target)
         return lambda: dec.feed([dec.pred])
 
-    def _encode(self, audio, features: np.ndarray) -> None:
+    def _encode(self, audio) -> None:
         t0 = time.perf_counter()
-        self._encoded = (audio, self._lm.encode(features))
+        self._encoded = (audio, self._lm.encode(draft_encoder_input(audio, self._lm.n_mels)))
         self._dec.stats.encoder_s += time.perf_counter() - t0
 
     def _begin(self, gen: int, audio, prompt: list[int]) -> None:
         encoded = self._encoded
         self._encoded = None
         if encoded is None or encoded[0] is not audio:
-            self._encode(audio, draft_encoder_input(audio, self._lm.n_mels))
+            self._encode(audio)
             encoded, self._encoded = self._encoded, None
         self._dec.start(encoded[1], prompt)
         self._active = gen
@@ -502,7 +499,7 @@ class DraftModelDrafter:
             drafted = self.ahead.drafts_after(target, k)
         else:
             drafted = self._draft_now(target, k)
-        proposal = self._to_main(drafted)[:k]
+        proposal = self.remap.to_main(drafted)[0][:k]  # stops before the first id with no counterpart
         self._last_proposed = len(proposal)
         return proposal
 
@@ -521,16 +518,6 @@ class DraftModelDrafter:
                 break
             dec.feed([dec.pred])
         return drafted
-
-    def _to_main(self, drafted: list[int]) -> list[int]:
-        """Main ids for the longest prefix of ``drafted`` that has a counterpart in the main vocabulary."""
-        mapped: list[int] = []
-        for i in range(1, len(drafted) + 1):
-            candidate, ok = self.remap.to_main(drafted[:i])
-            if ok < i:
-                break
-            mapped = candidate
-        return mapped
 
     def observe(self, n_accepted: int) -> None:
         """Bookkeeping only: the rollback happens in the next ``propose``, which sees the corrected tokens."""
