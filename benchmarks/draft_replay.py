@@ -19,7 +19,12 @@ decoded them) or the stream part's (each learner's own tokens in stream order: a
 decoded single-row holds single-row tokens), and the token maps they name. Row range and
 cost curve: as each engine of the run recorded them (``meta.engines``, runs since 2026-11-23
 21:50), else base int8 on this project's Xeon with MKL kernels (rows 3-17; ``CT2_USE_MKL=0`` gives
-rows 2-12 there), or ``--row-floor``, ``--row-ceiling``, ``--cost``. Single-window commands only: the decoder's position limit never binds there.
+rows 2-12 there), or ``--row-floor``, ``--row-ceiling``, ``--cost``; the prefill's price: as the
+run's single-row greedy timed it, or ``--prefill-steps``. Stream utterances carry their clip's speech
+length (``--length-jitter`` scatters it, as a user saying a command again would). A stream replay
+also prints two ceilings that no drafter can pass with this prefill and cost curve: every repeat
+drafted right, and every utterance drafted right. Single-window commands only: the decoder's
+position limit never binds there.
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ import argparse
 import ast
 import itertools
 import json
+import math
+import random
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,16 +100,16 @@ class Replayer:
         self.guesser = BigramGuesser(self.tokenizer)
         self.totals = ReplayTotals()
 
-    def utterance(self, tokens: Sequence[int]) -> dict:
-        """Decode one single-window utterance whose greedy tokens (EOT excluded) are ``tokens``;
-        returns its own modelled costs."""
+    def utterance(self, tokens: Sequence[int], speech_s: float | None = None) -> dict:
+        """Decode one single-window utterance whose greedy tokens (EOT excluded) are ``tokens`` and
+        whose speech lasted ``speech_s`` seconds; returns its own modelled costs."""
         eot, cap = self.tokenizer.special.eot, self.max_new_tokens
         if not tokens:
             raise ValueError("an utterance without tokens: the engine's first token is never EOT")
         guesser = self.guesser if self.learn_filler else BigramGuesser(self.tokenizer)
         numerics, _ = choose_numerics(self.numerics, True, self.row_floor, True, self.policy.expected_speedup())
         session = OracleSession(tokens, eot, numerics, self.row_floor, self.row_ceiling)
-        self.chain.begin(WindowContext(prompt=(), eot=eot, max_new_tokens=cap))
+        self.chain.begin(WindowContext(prompt=(), eot=eot, max_new_tokens=cap, speech_s=speech_s))
         stats = DecodeStats()
         out = decode_with_drafters(session, self.chain, self.policy, cap, eot, stats,
                                    map_then_bigram(self.drafter, guesser), gated=self.numerics == "auto")
@@ -152,43 +159,89 @@ def make_drafter(tmap, tokenizer, learn: str, knobs: dict) -> TokenMapDrafter:
     return TokenMapDrafter(static, tokenizer, learn=bool(learn), **knobs)
 
 
-def recorded_settings(doc: dict, engine_key: str) -> dict:
-    """Row range and cost curve the run's engine used (runs since the engines were recorded), else {}."""
+def recorded_settings(doc: dict, engine_key: str, records: list[dict]) -> dict:
+    """Row range and cost curve the run's engine used (runs since the engines were recorded) and
+    the prefill in single-row steps as single-row greedy timed it in ``records``, else {}."""
+    out: dict = {}
     e = doc.get("meta", {}).get("engines", {}).get(engine_key)
-    if not e:
-        return {}
-    return {"row_floor": e["row_floor"], "row_ceiling": e["row_ceiling"],
-            "cost": VerifyCost({int(k): float(v) for k, v in e["cost"].items()})}
+    if e:
+        out.update({"row_floor": e["row_floor"], "row_ceiling": e["row_ceiling"],
+                    "cost": VerifyCost({int(k): float(v) for k, v in e["cost"].items()})})
+    greedy = [r for r in records if r.get("system") == "greedy-single-row" and r.get("steps")]
+    if greedy and all("prefill_s" in r for r in greedy):
+        step_s = sum(r["steps_s"] for r in greedy) / sum(r["steps"] for r in greedy)
+        out["prefill_steps"] = sum(r["prefill_s"] for r in greedy) / len(greedy) / step_s
+    return out
+
+
+def perfect_steps(n_after_first: int, cost: VerifyCost, row_floor: int, row_ceiling: int) -> float:
+    """Decoder calls of a window whose every draft is right: after the prefill's token, calls of up
+    to ``row_ceiling`` rows each confirm that many tokens (the drafts and the model's own next one)."""
+    steps, left = 0.0, n_after_first
+    while left > 0:
+        rows = min(left, row_ceiling)
+        steps += cost(max(rows, row_floor))
+        left -= rows
+    return steps
 
 
 def replay_heldout(doc: dict, set_name: str, tokenizer, numerics: str, knobs: dict, learn: bool = False,
                    **settings) -> dict:
     """A held-out set as the benchmark decodes it; ``learn``: as an engine with ``--learn`` on top of
     the map would, each clip heard once (the benchmark's held-out part does not learn)."""
-    settings = {**recorded_settings(doc, "tm-bi" if numerics == "batch-invariant" else "tm-auto"), **settings}
+    settings = {**recorded_settings(doc, "tm-bi" if numerics == "batch-invariant" else "tm-auto",
+                                    doc["heldout"]["sets"][set_name]["records"]), **settings}
     clips, map_path = heldout_tokens(doc, set_name)
     drafter = make_drafter(load_token_map(map_path, tokenizer), tokenizer, "static" if learn else "", knobs)
     replayer = Replayer(drafter, tokenizer, numerics, learn_filler=learn, **settings)
-    for _, tokens in clips:
-        replayer.utterance(tokens)
+    length = speech_lengths(set_name.split("@")[0])
+    for clip, tokens in clips:
+        replayer.utterance(tokens, length(clip))
     return replayer.totals.row()
 
 
-def replay_stream(doc: dict, tokenizer, learn: str, knobs: dict, block: int = 50, **settings) -> dict:
+def speech_lengths(set_name: str, jitter: float = 0.0, seed: int = 0) -> Callable[[str], float]:
+    """Each clip's speech length (as the engine measures it), times ``exp(N(0, jitter))`` drawn anew
+    for every utterance: a repeat said faster or slower than the first time, where the benchmark
+    replays the very same recording."""
+    from specwhisper.audio import load_audio, speech_seconds
+
+    from .data import load_set, shared_data_root
+
+    clips = {c.id: c for c in load_set(set_name, shared_data_root())}
+    cache: dict[str, float] = {}
+    rng = random.Random(seed)
+
+    def length(clip_id: str) -> float:
+        if clip_id not in cache:
+            cache[clip_id] = speech_seconds(load_audio(clips[clip_id].path))
+        return cache[clip_id] * (math.exp(rng.gauss(0.0, jitter)) if jitter else 1.0)
+
+    return length
+
+
+def replay_stream(doc: dict, tokenizer, learn: str, knobs: dict, block: int = 50, jitter: float = 0.0,
+                  **settings) -> dict:
     """A stream run's learner (``learn`` "empty" or "static") replayed on its own tokens, with
     speedups per block and split into first hearings and repeats."""
-    settings = {**recorded_settings(doc, f"learn-{learn}"), **settings}
+    settings = {**recorded_settings(doc, f"learn-{learn}", doc["stream"]["records"]), **settings}
     utterances, map_path = stream_tokens(doc, f"learn-{learn}")
     drafter = make_drafter(load_token_map(map_path, tokenizer), tokenizer, learn, knobs)
     replayer = Replayer(drafter, tokenizer, doc["stream"].get("numerics", "auto"), learn_filler=True, **settings)
+    length = speech_lengths(doc["stream"].get("set", "car"), jitter)
     parts, first, seen = [], [], set()
     for clip, tokens in utterances:
-        parts.append(replayer.utterance(tokens))
+        parts.append(replayer.utterance(tokens, length(clip)))
         first.append(clip not in seen)
         seen.add(clip)
+    perfect = [{**p, "spec_steps": perfect_steps(p["greedy_steps"], replayer.cost, replayer.row_floor,
+                                                 replayer.row_ceiling)} for p in parts]
     return {**replayer.totals.row(), "blocks": [_speedup(parts[i:i + block]) for i in range(0, len(parts), block)],
             "first_hearings": [sum(first), _speedup([p for p, f in zip(parts, first) if f])],
-            "repeats": [len(first) - sum(first), _speedup([p for p, f in zip(parts, first) if not f])]}
+            "repeats": [len(first) - sum(first), _speedup([p for p, f in zip(parts, first) if not f])],
+            # ceilings for any drafter: every repeat drafted right, or every utterance
+            "bound_perfect_repeats": _speedup([q if not f else p for p, q, f in zip(parts, perfect, first)]),
+            "bound_perfect_all": _speedup(perfect), "prefill_steps": round(replayer.prefill_steps, 2)}
 
 
 def _knob_grid(specs: list[str]) -> list[dict]:
@@ -217,7 +270,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="most rows a call may carry (default: as the run recorded, else 17)")
     p.add_argument("--cost", default=None, help='JSON rows -> single-row steps, e.g. \'{"1": 1, "3": 1.2, "17": 2}\' '
                                                 "(default: the curve the run recorded, else this Xeon's)")
-    p.add_argument("--prefill-steps", type=float, default=PREFILL_STEPS, help="a prefill in single-row steps")
+    p.add_argument("--prefill-steps", type=float, default=None,
+                   help=f"a prefill in single-row steps (default: as the run timed it, else {PREFILL_STEPS})")
+    p.add_argument("--length-jitter", type=float, default=0.0,
+                   help="stream: scatter each utterance's speech length by exp(N(0, X)), e.g. 0.1")
     p.add_argument("--json", default=None, help="also write the rows here")
     args = p.parse_args(argv)
     from specwhisper.model_store import resolve_model
@@ -233,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         knobs = {**fixed, **knobs}
         if "stream" in doc:
             for learn in args.learn.split(","):
-                r = replay_stream(doc, tokenizer, learn, knobs, **settings)
+                r = replay_stream(doc, tokenizer, learn, knobs, jitter=args.length_jitter, **settings)
                 rows.append({"scenario": f"stream learn-{learn}", "knobs": knobs, **r})
         else:
             for set_name in (args.sets.split(",") if args.sets else list(doc["heldout"]["sets"])):
@@ -242,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append({"scenario": f"held-out {set_name} {numerics}", "knobs": knobs, **r})
     for r in rows:
         extra = (f" blocks {r['blocks']} first hearings {r['first_hearings']} repeats {r['repeats']}"
-                 if "blocks" in r else "")
+                 f" bounds: perfect repeats {r['bound_perfect_repeats']}x, perfect all {r['bound_perfect_all']}x"
+                 f" (prefill {r['prefill_steps']} steps)" if "blocks" in r else "")
         print(f"{r['scenario']:<34} {json.dumps(r['knobs']):<28} calls {r['verify_calls']:>5} acc {r['accepted']:>5} "
               f"Al {r['Al']:.2f} steps {r['steps_speedup']:.3f}x decoder {r['decoder_speedup']:.3f}x "
               f"{r['numerics']}{extra}")

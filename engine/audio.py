@@ -104,3 +104,22 @@ def _check(audio: np.ndarray, where: str) -> np.ndarray:
     if not np.all(np.isfinite(audio)):
         raise AudioError("audio contains NaN or infinite samples", where=where, hint="check the producer of the array")
     return np.ascontiguousarray(audio)
+
+
+def speech_seconds(samples: np.ndarray, sample_rate: int = SAMPLE_RATE, frame_s: float = 0.02,
+                   floor_db: float = -30.0) -> float:
+    """Seconds from the first to the last frame within ``floor_db`` of the loudest one.
+
+    A cheap length of what was said, without the silence a recording starts and ends with: the
+    same command said again takes about as long, so drafters can tell repeats of different past
+    utterances apart by it ("Can you turn on ..." vs "Can you navigate to ...").
+    """
+    n = int(frame_s * sample_rate)
+    frames = samples.size // n
+    if frames == 0:
+        return samples.size / sample_rate
+    energy = np.square(samples[:frames * n].astype(np.float32)).reshape(frames, n).mean(axis=1)
+    loud = np.flatnonzero(energy >= energy.max() * 10.0 ** (floor_db / 10.0))
+    if loud.size == 0:  # digital silence
+        return samples.size / sample_rate
+    return (int(loud[-1]) - int(loud[0]) + 1) * frame_s

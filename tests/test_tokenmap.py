@@ -186,6 +186,52 @@ def test_online_learning_drafts_a_repeat_fully(tok, car_map, shared_data):
     assert _verify_rounds(both, ref) < first <= len(ref)
 
 
+def test_recall_picks_the_past_utterance_said_as_long(tok):
+    """Past commands that start alike: the one said about as long as this window is drafted, even
+    where the other was said more often; without a length the more frequent one wins."""
+    eot = tok.special.eot
+    short = tok.encode(" Can you call Sarah?")
+    long = tok.encode(" Can you add a stop at the pharmacy near Market Street?")
+    common = 2  # " Can", " you"
+    assert short[:common] == long[:common] and short[common] != long[common]
+    learner = TokenMapDrafter(None, tok, learn=True)
+    for text, seconds in ((short, 1.0), (short, 1.05), (short, 0.95), (long, 2.9)):
+        learner.begin(WindowContext(prompt=(), eot=eot, max_new_tokens=224, speech_s=seconds))
+        learner.end(text)
+
+    def draft(seconds: float | None) -> list[int]:
+        learner.begin(WindowContext(prompt=(), eot=eot, max_new_tokens=224, speech_s=seconds))
+        return learner.propose(long[:common], 64)
+
+    assert draft(2.8) == [*long[common:], eot]  # 3 % shorter than when it was learned
+    assert draft(1.0) == [*short[common:], eot]
+    recalled = learner.last_confidence[0]
+    assert draft(None)[:1] == short[common:common + 1]  # no length known: counts decide, as before
+    # a new command (no past length near it): the recall counts vanish, the n-grams decide, less sure
+    draft(6.0)
+    assert learner.last_confidence[0] < recalled - 0.1
+    # the length view is dropped when the trie grows: a new utterance is recalled at once
+    other = tok.encode(" Can you tune to 89.5 FM?")
+    learner.begin(WindowContext(prompt=(), eot=eot, max_new_tokens=224, speech_s=2.0))
+    learner.end(other)
+    assert draft(2.0) == [*other[common:], eot]
+
+
+def test_speech_seconds_ignores_leading_and_trailing_silence():
+    import numpy as np
+
+    from specwhisper.audio import speech_seconds
+
+    rate = 16000
+    t = np.arange(int(1.2 * rate)) / rate
+    tone = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    noise = np.random.default_rng(0).normal(0, 1e-4, int(0.7 * rate)).astype(np.float32)
+    padded = np.concatenate([noise, tone, noise[: int(0.4 * rate)]])
+    assert abs(speech_seconds(padded) - 1.2) <= 0.04
+    assert speech_seconds(np.zeros(rate, np.float32)) == 1.0  # all silence: the whole length
+    assert speech_seconds(np.zeros(10, np.float32)) == 10 / rate
+
+
 def test_dynamic_save_merges_into_the_static_map(tok, car_map, tmp_path):
     drafter = TokenMapDrafter(car_map, tok, learn=True)
     new = tok.encode(" Open the sunroof halfway, please.")

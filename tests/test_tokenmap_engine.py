@@ -6,6 +6,7 @@ import pytest
 
 from clips import clips
 from specwhisper import WhisperEngine
+from specwhisper.audio import load_audio, speech_seconds
 from specwhisper.cli import main
 from specwhisper.tokenmap import build_token_map, load_token_map
 
@@ -110,7 +111,7 @@ def _replay_matches(engine, replayer, clip_list, numerics):
         res = engine.transcribe(clip["path"], language="en", numerics=numerics)
         stats = replayer.totals.stats
         before = (stats.verify_calls, stats.accepted, stats.drafted, stats.steps)
-        replayer.utterance([t for t in res.tokens if t < eot])
+        replayer.utterance([t for t in res.tokens if t < eot], speech_seconds(load_audio(clip["path"])))
         replayed = (stats.verify_calls - before[0], stats.accepted - before[1], stats.drafted - before[2],
                     stats.steps - before[3])
         recorded = (res.stats["verify_calls"], res.stats["accepted"], res.stats["drafted"], res.stats["steps"])
@@ -143,3 +144,16 @@ def test_draft_replay_reproduces_the_engines_rounds(base_model_dir, car_engine, 
     replayer.policy = copy.deepcopy(learner.policy)
     drafted += _replay_matches(learner, replayer, car[:5] + car[:5], "auto")  # the repeats recall learned text
     assert drafted > 0  # the map drafted: the comparison was not vacuous
+
+
+def test_replay_ceiling_prices_perfect_drafts():
+    """The stream's ceilings: a window whose drafts are all right still pays one call per
+    ``row_ceiling`` tokens, each at least ``row_floor`` rows."""
+    from benchmarks.draft_replay import perfect_steps
+    from specwhisper.policy import VerifyCost
+
+    cost = VerifyCost({1: 1.0, 2: 1.4, 8: 1.8, 12: 2.0})
+    assert perfect_steps(0, cost, 2, 12) == 0.0
+    assert perfect_steps(1, cost, 2, 12) == cost(2)  # EOT alone: one call at the row floor
+    assert perfect_steps(12, cost, 2, 12) == cost(12)
+    assert perfect_steps(20, cost, 2, 12) == cost(12) + cost(8)

@@ -4,10 +4,16 @@ Like llama.cpp's dynamic n-gram cache beside its static one: every finished wind
 counted (whole-utterance path from the begin marker, plus n-gram windows of ``n + max_len``), so
 the next time the user says the same thing it is drafted whole. ``to_token_map`` lays it out in
 the file format (optionally merged into a static map) for ``--learn-save``.
+
+Each whole-utterance path also keeps how long the speech of every utterance through it lasted, so
+that :class:`LengthWeightedRecall` can tell which past utterance a repeat is: past commands that
+begin alike ("Can you turn on the lights." / "Can you navigate to 54 Lincoln Avenue, Denver?") part
+after a few tokens, and the one said about as long as this window is the one to draft.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from .build import BuildParams, Sequences, build_from_sequences
@@ -26,28 +32,34 @@ class DynamicTrie:
         self._best: list[int] = [-1]
         self.sequences = Sequences(begin, eot)
         self.begin_node = -1
+        self.speech: dict[int, list[float]] = {}  # prefix-path node -> speech seconds of the utterances through it
 
     @property
     def n_nodes(self) -> int:
         return len(self._tok)
 
-    def add(self, tokens: Sequence[int]) -> None:
-        """Count one utterance (text tokens, EOT excluded)."""
+    def add(self, tokens: Sequence[int], speech_s: float | None = None) -> None:
+        """Count one utterance (text tokens, EOT excluded) and, if known, how long its speech lasted."""
         text = [t for t in tokens if t < self.eot]
         if not text:
             return
         self.sequences.add(text)
         seq = [self.begin, *text, self.eot]
-        self._insert(seq[:PREFIX_DEPTH])
+        path = self._insert(seq[:PREFIX_DEPTH])
+        if speech_s is not None and speech_s > 0:
+            for node in path[1:]:  # below the begin marker
+                self.speech.setdefault(node, []).append(float(speech_s))
         depth = self.n + self.max_len
         for p in range(1, len(seq) - 1):
             self._insert(seq[p:p + depth])
         self.begin_node = self._kids[0].get(self.begin, -1)
 
-    def _insert(self, path: Sequence[int]) -> None:
+    def _insert(self, path: Sequence[int]) -> list[int]:
+        """Count ``path`` from the root; returns the nodes it passed, in order."""
         tok, cnt, kids, best = self._tok, self._cnt, self._kids, self._best
         node = 0
         cnt[0] += 1
+        visited = []
         for t in path:
             kid = kids[node].get(t)
             if kid is None:
@@ -62,6 +74,8 @@ class DynamicTrie:
             if b != kid and (b < 0 or cnt[kid] > cnt[b] or (cnt[kid] == cnt[b] and t < tok[b])):
                 best[node] = kid
             node = kid
+            visited.append(node)
+        return visited
 
     # --- the TokenMap lookups the drafter uses ------------------------------------------------
     @property
@@ -119,3 +133,46 @@ class DynamicTrie:
         params = BuildParams(self.n, self.max_len, min_count=1, prefix_min_count=1, top_k=None,
                              **({"budget_bytes": budget_bytes} if budget_bytes else {}))
         return build_from_sequences(self.sequences, params, fingerprint, vocab_size, flags=FLAG_LEARNED, base=base)
+
+
+class LengthWeightedRecall:
+    """The learned prefix memory as seen from one window: each past utterance counts by how close
+    its speech length was to this window's, ``exp(-(ln(d / d_now))**2 / (2 sigma**2))``.
+
+    Offers the lookups the drafter's prefix level uses (``count``, ``fanout``, ``child``, ``best``,
+    ``token_of``). Utterances learned without a length count fully, as in the plain trie. A first
+    hearing matches no past length, so its recall counts vanish and the n-gram levels decide.
+    """
+
+    def __init__(self, trie: DynamicTrie, speech_s: float, sigma: float) -> None:
+        self.trie = trie
+        self.log_now = math.log(speech_s)
+        self.inv = 1.0 / (2.0 * sigma * sigma)
+        self._counts: dict[int, float] = {}
+        self._best: dict[int, int] = {}
+
+    def count(self, node: int) -> float:
+        c = self._counts.get(node)
+        if c is None:
+            raw = self.trie.count(node)
+            lengths = self.trie.speech.get(node, ())
+            c = raw - len(lengths) + sum(math.exp(-self.inv * (math.log(d) - self.log_now) ** 2) for d in lengths)
+            self._counts[node] = c
+        return c
+
+    def fanout(self, node: int) -> int:
+        return self.trie.fanout(node)
+
+    def child(self, node: int, token: int) -> int:
+        return self.trie.child(node, token)
+
+    def token_of(self, node: int) -> int:
+        return self.trie.token_of(node)
+
+    def best(self, node: int) -> int:
+        b = self._best.get(node)
+        if b is None:
+            kids = self.trie.children(node)  # by raw count, then token: ties keep the trie's order
+            b = max(kids, key=lambda k: self.count(k[2]))[2] if kids else -1
+            self._best[node] = b
+        return b

@@ -20,7 +20,8 @@ class WindowContext:
     ``previous_tokens`` are the text tokens of earlier windows of the same audio;
     ``initial_prompt_tokens`` come from the user's prompt or hotwords; ``audio`` is the
     16 kHz mono waveform of this window (for draft models, which run their own encoder);
-    ``max_new_tokens`` bounds what can still be emitted.
+    ``max_new_tokens`` bounds what can still be emitted; ``speech_s`` is how long the speech in the
+    window lasts (:func:`specwhisper.audio.speech_seconds`), None where unknown.
     """
 
     prompt: tuple[int, ...]
@@ -30,6 +31,7 @@ class WindowContext:
     initial_prompt_tokens: tuple[int, ...] = ()
     audio: Any = None
     window_index: int = 0
+    speech_s: float | None = None
     extra: dict = field(default_factory=dict)
 
 

@@ -18,7 +18,10 @@ falls below ``min_cum``, so slots end drafts, and the text after a slot is draft
 
 Static and learned maps are blended at every level. Learned counts weigh ``learned_weight`` in
 the n-gram levels and ``recall_weight`` in the prefix memory: an utterance the user said before is
-recalled whole, while a handful of learned utterances does not drown the domain statistics.
+recalled whole, while a handful of learned utterances does not drown the domain statistics. In the
+learned prefix memory each past utterance also counts by how close its speech length was to this
+window's (``length_sigma``, on a log scale): where past commands share a start, the one that took
+as long to say is drafted, and a new command matches none and falls back to the n-grams.
 Defaults were tuned with ``python -m benchmarks.tokenmap_sim``.
 """
 
@@ -56,7 +59,7 @@ class TokenMapDrafter:
                  begin: int | None = None, learned_weight: float = 1.0, recall_weight: float = 64.0,
                  backoff: float = 2.0, min_prob: float = 0.05, min_cum: float = 0.1, anchor_min: int = 30,
                  gap_tail: int = 2, gap_backoff: float = 1.0, static_recall_weight: float | None = None,
-                 save_merged: bool = True) -> None:
+                 save_merged: bool = True, length_sigma: float = 0.15) -> None:
         from specwhisper.tokenmap.build import DEFAULT_MAX_LEN, DEFAULT_N
         from specwhisper.tokenmap.dynamic import DynamicTrie
         from specwhisper.tokenmap.format import FLAG_LEARNED
@@ -88,6 +91,9 @@ class TokenMapDrafter:
             learned_file = static is not None and bool(static.header.flags & FLAG_LEARNED)
             static_recall_weight = recall_weight if learned_file else 1.0
         self._recall_weights = [static_recall_weight if m is static else recall_weight for m in self._maps]
+        self.length_sigma = length_sigma
+        self._speech_s: float | None = None
+        self._recall_maps = list(self._maps)  # the prefix level's view of each map for this window
         self.backoff = backoff
         self.min_prob = min_prob
         self.min_cum = min_cum
@@ -103,7 +109,13 @@ class TokenMapDrafter:
 
     # --- protocol -----------------------------------------------------------------------------
     def begin(self, window: WindowContext) -> None:
+        from specwhisper.tokenmap.dynamic import LengthWeightedRecall
+
         self._reset_cache()
+        self._speech_s = window.speech_s if window.speech_s and window.speech_s > 0 else None
+        self._recall_maps = [LengthWeightedRecall(m, self._speech_s, self.length_sigma)
+                             if m is self.dynamic and self._speech_s and self.length_sigma > 0 else m
+                             for m in self._maps]
 
     def propose(self, tokens: Sequence[int], k: int) -> list[int]:
         self.last_confidence = []
@@ -136,10 +148,11 @@ class TokenMapDrafter:
     def end(self, tokens: Sequence[int]) -> None:
         if self.dynamic is not None:
             before = self.dynamic.sequences.n_sequences
-            self.dynamic.add(tokens)
+            self.dynamic.add(tokens, self._speech_s)
             self.stats["learned"] += self.dynamic.sequences.n_sequences - before
             self._gap_cache.clear()
         self._reset_cache()
+        self._recall_maps = list(self._maps)  # the learned trie changed: a view's cached counts are stale
 
     # --- extras -------------------------------------------------------------------------------
     def knows_start(self, tokens: Sequence[int]) -> bool:
@@ -259,12 +272,13 @@ class TokenMapDrafter:
         maps, weights = self._maps, self._weights
         gap_f, gap_c = self._gapped(state)
         candidates: set[int] = set()
-        for i, m in enumerate(maps):
-            nodes = list(state.ctx[i].values()) + ([state.prefix[i]] if state.prefix[i] >= 0 else [])
-            for node in nodes:
-                b = m.best(node)
+        for i, (m, recall) in enumerate(zip(maps, self._recall_maps)):
+            best = [(m, m.best(node)) for node in state.ctx[i].values()]
+            if state.prefix[i] >= 0:
+                best.append((recall, recall.best(state.prefix[i])))
+            for view, b in best:
                 if b >= 0:
-                    candidates.add(m.token_of(b))
+                    candidates.add(view.token_of(b))
             if gap_f[i]:
                 candidates.add(max(gap_f[i].items(), key=lambda kv: (kv[1], -kv[0]))[0])
         if not candidates:
@@ -276,7 +290,9 @@ class TokenMapDrafter:
             return None, 0.0
         lengths = sorted({n for ctx in state.ctx for n in ctx})
         levels = [[(m, w, ctx.get(n, -1)) for m, w, ctx in zip(maps, weights, state.ctx)] for n in lengths]
-        prefix_level = [(m, w, p) for m, w, p in zip(maps, self._recall_weights, state.prefix)]
+        # the prefix memory, one level per map from static to learned: a recalled past utterance of
+        # this user's is more specific than the domain's thousand utterances that began alike
+        prefix_levels = [[(m, w, p)] for m, w, p in zip(self._recall_maps, self._recall_weights, state.prefix)]
         gap_total = sum(w * c for w, c in zip(weights, gap_c))
         gap_fan = len({t for f in gap_f for t in f})
         gamma = self.backoff
@@ -291,7 +307,8 @@ class TokenMapDrafter:
                 c_tok = sum(w * f.get(tok, 0) for w, f in zip(weights, gap_f))
                 lam = self.gap_backoff * gap_fan
                 p = (c_tok + lam * p) / (gap_total + lam)
-            p = _blend(prefix_level, tok, p, gamma)
+            for level in prefix_levels:
+                p = _blend(level, tok, p, gamma)
             if p > best_p:
                 best_tok, best_p = tok, p
         return best_tok, best_p
