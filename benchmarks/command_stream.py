@@ -89,9 +89,13 @@ class Bench:
         if key not in self.engines:
             from specwhisper import WhisperEngine
 
+            # One model in memory for every system: separately loaded instances of the same model
+            # prefilled 45 vs 58-63 ms in one run here (AMD EPYC, 1-thread decoder), which
+            # no drafting explains; shared, each system pays the same calls.
+            shared = next(iter(self.engines.values())).lm if self.engines else None
             self.engines[key] = WhisperEngine(self.model, compute_type=self.compute_type, threads=self.threads,
                                               tokenmap=str(tokenmap) if tokenmap else None, learn=learn,
-                                              prompt_lookup=False)
+                                              prompt_lookup=False, loaded=shared)
         return self.engines[key]
 
     def load(self, clip: Clip) -> np.ndarray:

@@ -106,6 +106,11 @@ class LoadedModel:
                 self.decoder = measured or self._load(self.decoder_threads)
         self.load_seconds = time.perf_counter() - t0
 
+    @property
+    def requested_compute_type(self) -> str:
+        """The compute type asked for (``compute_type`` is what CTranslate2 chose for this machine)."""
+        return self._requested_compute_type
+
     def _load(self, threads: int):
         ct2 = _import_ct2()
         try:
@@ -117,8 +122,8 @@ class LoadedModel:
                              hint="the model may be corrupt, of another kind, or need another compute type") from None
 
     def _choose_decoder_threads(self, requested: int | None) -> tuple[int, object | None]:
-        """Threads for the decoder: as asked, or the faster of 1 and ``threads`` measured once per
-        machine, build, model and compute type (cached beside the self-test). Also returns the
+        """Threads for the decoder: as asked, or 1 unless ``threads`` is clearly faster, measured once
+        per machine, build, model and compute type (cached beside the self-test). Also returns the
         1-thread instance when this call loaded it to measure and chose it, so it is not loaded twice."""
         if requested is not None:
             if requested < 1:
@@ -127,14 +132,20 @@ class LoadedModel:
             return requested, None
         if self.device != "cpu" or self.threads <= 1:
             return self.threads, None
-        key = f"dthreads-v1|{self._selftest_key(threads=False)}|{self.threads}"
+        key = f"dthreads-v3|{self._selftest_key(threads=False)}|{self.threads}"
         cached = _cache_get(key)
         if isinstance(cached, int) and cached >= 1:
             return cached, None
         single = self._load(1)
-        cost_single = sum(_call_seconds(single, self, sizes=(3,)).values())
-        cost_many = sum(_call_seconds(self.model, self, sizes=(3,)).values())
-        chosen = 1 if cost_single < 0.95 * cost_many else self.threads
+        # A 1-row step (single-row windows) and a 3-row call (batch-invariant rounds), both
+        # instances timed in turn (a freshly loaded instance timed alone first came out up to 20 %
+        # slow). A decoder instance of its own wins unless it is clearly slower: it lets the next
+        # window encode while one decodes and leaves a core to a draft model, and on both CPUs
+        # measured here multi-row calls were cheaper on 1 thread (AMD EPYC: 2-row calls 10 vs
+        # 12-13 ms, 1-row steps 8.1-8.7 ms on both), where a "5 % faster" rule flipped between runs.
+        cost_single, cost_many = (sum(t.values()) for t in _interleaved_call_seconds((single, self.model), self,
+                                                                                    sizes=(3,)))
+        chosen = 1 if cost_single <= 1.05 * cost_many else self.threads
         _cache_put(key, chosen)
         return chosen, single if chosen == 1 else None
 
@@ -325,6 +336,20 @@ def _call_seconds(model, lm: LoadedModel, sizes: tuple[int, ...], trials: int = 
         for n in best:
             best[n] = min(best[n], run(n))
     state.truncate_to_step(base)
+    return best
+
+
+def _interleaved_call_seconds(models: tuple, lm: LoadedModel, sizes: tuple[int, ...],
+                              rounds: int = 5) -> list[dict[int, float]]:
+    """``_call_seconds`` for several model instances, timed in turn over ``rounds`` rounds after a
+    warm-up, fastest per size: load from elsewhere and a cold start hit them alike."""
+    for model in models:
+        _call_seconds(model, lm, sizes, trials=1, run_len=4)
+    best = [dict.fromkeys((1, *sizes), float("inf")) for _ in models]
+    for _ in range(rounds):
+        for model, b in zip(models, best):
+            for n, t in _call_seconds(model, lm, sizes, trials=1).items():
+                b[n] = min(b[n], t)
     return best
 
 

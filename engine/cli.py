@@ -90,7 +90,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                                                               "float16", "bfloat16", "default"])
     p.add_argument("--threads", type=int, default=min(4, os.cpu_count() or 2), help="CPU threads (intra-op)")
     p.add_argument("--decoder-threads", type=int, default=None,
-                   help="threads of the decoder's calls (default: the faster of 1 and --threads, measured once)")
+                   help="threads of the decoder's calls (default: 1 unless --threads is clearly faster, measured once)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
 
 

@@ -32,7 +32,7 @@ def run_doctor(model: str | None, compute_type: str, threads: int) -> int:
         result = lm.selftest(use_cache=False)
         verdict = (f"rows {result.row_floor}..{result.row_ceiling} (every call of that many rows is bitwise invariant)"
                    if result.row_floor else "FAILED: speculation off")
-        print(f"decoder threads: {lm.decoder_threads} (encoder {threads}; the faster of 1 and {threads}, measured)")
+        print(f"decoder threads: {lm.decoder_threads} (encoder {threads}; 1 unless {threads} is clearly faster, measured)")
         print(f"batch-invariance self-test ({lm.compute_type}, decoder {lm.decoder_threads} threads): {verdict}; "
               f"1-row steps {'match' if result.single_row_matches else 'differ (single-row is its own numerics)'}; "
               f"{result.seconds:.2f} s")

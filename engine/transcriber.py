@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .audio import SAMPLE_RATE, AudioInput, load_audio
+from .audio import SAMPLE_RATE, AudioInput, load_audio, speech_seconds
 from .audio_ctx import choose_frames, parse_audio_ctx
 from .backend import MAX_POSITIONS, LoadedModel, SelfTestResult, _import_ct2
 from .decoder import decode_with_drafters, learn_from_window
@@ -230,17 +230,24 @@ class WhisperEngine:
                  drafters: list[Drafter] | None = None,
                  verify_cost: VerifyCost | None = None, selftest: bool = True,
                  decoder_threads: int | None = None, pipeline: bool = True,
-                 draft_ahead: bool | None = None) -> None:
+                 draft_ahead: bool | None = None, loaded: LoadedModel | None = None) -> None:
         """``draft_ahead``: run the draft model on its own thread ahead of the main decoder (default:
-        on CPU where the decoder has an instance of its own, i.e. a core the decoder leaves idle)."""
+        on CPU where the decoder has an instance of its own, i.e. a core the decoder leaves idle).
+        ``loaded``: the model of another engine, shared instead of loaded again (engines with other
+        drafters on one model in memory; windows of all of them are decoded one at a time)."""
         if device not in ("cpu", "cuda"):
             raise SpecWhisperError(f"unknown device {device!r}", where="--device", hint="use cpu or cuda")
         if threads < 1:
             raise SpecWhisperError(f"threads must be >= 1, got {threads}", where="--threads")
         t0 = time.perf_counter()
-        self.model_dir = resolve_model(model, prefer_int8=compute_type.startswith("int8"))
-        self.lm = LoadedModel(self.model_dir, device=device, compute_type=compute_type, threads=threads,
-                              decoder_threads=decoder_threads)
+        if loaded is not None:  # its device and threads hold for this engine's drafters too
+            self.model_dir, self.lm = loaded.model_dir, loaded
+            device, threads = loaded.device, loaded.threads
+            compute_type = loaded.requested_compute_type
+        else:
+            self.model_dir = resolve_model(model, prefer_int8=compute_type.startswith("int8"))
+            self.lm = LoadedModel(self.model_dir, device=device, compute_type=compute_type, threads=threads,
+                                  decoder_threads=decoder_threads)
         self.tokenizer = self.lm.tokenizer
         # Cheap filler guesses learn from the outputs of one call (earlier windows of the same audio);
         # across calls only with learn=True, so that by default one file never speeds up another.
@@ -417,7 +424,7 @@ class WhisperEngine:
             context = WindowContext(prompt=tuple(prompt), eot=eot, max_new_tokens=max_new,
                                     previous_tokens=tuple(run.previous + run.tail),
                                     initial_prompt_tokens=tuple(run.initial),
-                                    audio=samples, window_index=index)
+                                    audio=samples, window_index=index, speech_s=speech_seconds(samples))
             temperatures = ladder(run.opts.temperature)
             for attempt, temperature in enumerate(temperatures):
                 sampler = PositionSampler(temperature, run.opts.seed, index, attempt) if temperature else None

@@ -108,3 +108,17 @@ def test_decoder_threads_pinned_uses_one_instance(base_model_dir):
     assert lm.decoder is lm.model and lm.decoder_threads == 2
     with pytest.raises(ModelError, match="decoder threads"):
         LoadedModel(base_model_dir, compute_type="int8", threads=2, decoder_threads=0)
+
+
+def test_engines_can_share_one_loaded_model(base_engine, shared_data):
+    """A second engine (other drafters) on the first one's model: nothing is loaded again, and the
+    tokens are the first engine's."""
+    from specwhisper import WhisperEngine
+
+    other = WhisperEngine(loaded=base_engine.lm, prompt_lookup=False)
+    assert other.lm is base_engine.lm and other.model_dir == base_engine.model_dir
+    assert other.row_floor == base_engine.row_floor
+    path = shared_data / "real/audio/jfk.flac"
+    for numerics in ("single-row", "batch-invariant"):
+        assert other.transcribe(path, language="en", numerics=numerics).tokens == \
+            base_engine.transcribe(path, language="en", numerics=numerics).tokens
