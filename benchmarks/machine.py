@@ -21,6 +21,18 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_vendor() -> str:
+    """``GenuineIntel``, ``AuthenticAMD``, ... (int8 kernels, and so near-tie tokens, differ by vendor)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def _mem_total_gb() -> float | None:
     try:
         with open("/proc/meminfo", encoding="utf-8") as f:

@@ -26,6 +26,7 @@ from specwhisper.audio import load_audio
 from specwhisper.io_utils import atomic_write_bytes, atomic_write_text
 
 from .data import REPO, Clip, load_set, shared_data_root
+from .machine import cpu_vendor
 from .peer_env import PeerWorker
 
 MEL_CLIPS = ("jfk", "librispeech_1272-128104-0001", "fsdd_0_george_7", "car_000")
@@ -83,7 +84,7 @@ def make_fw_greedy(worker: PeerWorker, root: Path, tmp: Path, out: Path, models:
                    versions: dict) -> Path:
     sentences = [c for c in load_set("real", root) if c.kind == "sentence"]
     result: dict = {"faster_whisper": versions["faster_whisper"], "ctranslate2": versions["ctranslate2"],
-                    "call": FW_GREEDY_CALL,
+                    "call": FW_GREEDY_CALL, "cpu_vendor": cpu_vendor(),
                     "note": "tokens: all segments' ids concatenated (SOT sequence and EOT excluded). "
                             "faster-whisper defaults left on: suppress_blank=True, suppress_tokens=[-1], "
                             "no_speech_threshold=0.6 with log_prob_threshold=-1.0 (a window whose no-speech "

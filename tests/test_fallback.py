@@ -36,12 +36,23 @@ def test_fallback_breaks_a_loop_and_speculation_keeps_every_attempt(base_model_d
     engine = WhisperEngine(base_model_dir, compute_type="int8", threads=2)
     options = dict(language="en", numerics="batch-invariant", condition_on_previous_text=True, temperature=LADDER,
                    seed=3)
+    eot = engine.tokenizer.special.eot
+
+    def ratio(window) -> float:
+        return compression_ratio(engine.tokenizer.decode([t for t in window.tokens if t < eot]))
+
     plain = engine.transcribe(clip["path"], speculation=False, **options)
+    threshold = COMPRESSION_RATIO_THRESHOLD
+    if not any(w.temperature > 0 for w in plain.windows):
+        # On the Intel Xeon greedy with the previous text as prompt loops on this file; where the
+        # CPU's int8 near-ties avoid the loop, a threshold under the loopiest window's ratio
+        # makes that window fall back instead.
+        threshold = max(ratio(w) for w in plain.windows) - 0.01
+        options["compression_ratio_threshold"] = threshold
+        plain = engine.transcribe(clip["path"], speculation=False, **options)
     drafted = engine.transcribe(clip["path"], **options)
     assert [w.tokens for w in drafted.windows] == [w.tokens for w in plain.windows]
     assert [w.temperature for w in drafted.windows] == [w.temperature for w in plain.windows]
-    retried = [w for w in plain.windows if w.temperature > 0]
-    assert retried, "greedy with the previous text as prompt loops on this file: a window must fall back"
+    assert any(w.temperature > 0 for w in plain.windows), "a window over the threshold must fall back"
     for w in plain.windows:
-        assert compression_ratio(engine.tokenizer.decode([t for t in w.tokens if t < engine.tokenizer.special.eot])) \
-            <= COMPRESSION_RATIO_THRESHOLD or w.temperature == LADDER[-1]
+        assert ratio(w) <= threshold or w.temperature == LADDER[-1]
