@@ -83,6 +83,14 @@ def test_learning_recalls_a_repeated_command(base_model_dir, shared_data):
     assert second.tokens == first.tokens
     # The whole utterance is recalled from the prefix memory: one or two calls instead of one per token.
     assert second.stats["verify_calls"] <= 3 < first.stats["verify_calls"]
+    # Commands that start alike ("Can you add a stop ...", "Can you call Sarah?"), each recalled by
+    # its speech length: the tokens stay those of no-speculation greedy in the same numerics.
+    other = clips(shared_data, "car")[2]["path"]
+    oracle = {p: engine.transcribe(p, language="en", numerics="batch-invariant", speculation=False).tokens
+              for p in (path, other)}
+    assert first.tokens == oracle[path]
+    for p in (other, path, other):
+        assert engine.transcribe(p, language="en", numerics="batch-invariant").tokens == oracle[p]
 
 
 def test_cli_learn_save_writes_a_loadable_map(base_model_dir, shared_data, tmp_path, capsys, car_map):
