@@ -93,6 +93,7 @@ class Replayer:
     prefill_steps: float = PREFILL_STEPS
     learn_filler: bool = False  # the engine shares its filler bigrams across calls only when it learns
     max_new_tokens: int = MAX_NEW_TOKENS
+    gate: bool = True  # False where batch-invariant windows run on the invariant decoder (no first-token gate)
 
     def __post_init__(self) -> None:
         self.chain = DrafterChain([self.drafter])
@@ -108,7 +109,7 @@ class Replayer:
             raise ValueError("an utterance without tokens: the engine's first token is never EOT")
         guesser = self.guesser if self.learn_filler else BigramGuesser(self.tokenizer)
         numerics, _ = choose_numerics(self.numerics, True, self.row_floor, True, self.policy.expected_speedup())
-        session = OracleSession(tokens, eot, numerics, self.row_floor, self.row_ceiling)
+        session = OracleSession(tokens, eot, numerics, self.row_floor, self.row_ceiling, can_go_single_row=self.gate)
         self.chain.begin(WindowContext(prompt=(), eot=eot, max_new_tokens=cap, speech_s=speech_s))
         stats = DecodeStats()
         out = decode_with_drafters(session, self.chain, self.policy, cap, eot, stats,

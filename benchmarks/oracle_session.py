@@ -16,9 +16,11 @@ from specwhisper.stats import DecodeStats
 class OracleSession:
     """Stands in for ``DecoderSession``: the tokens are known, so verifying is comparing."""
 
-    def __init__(self, tokens: Sequence[int], eot: int, numerics: str, row_floor: int, row_ceiling: int) -> None:
+    def __init__(self, tokens: Sequence[int], eot: int, numerics: str, row_floor: int, row_ceiling: int,
+                 can_go_single_row: bool = True) -> None:
         self._tokens = [*tokens, eot]
         self.numerics = numerics
+        self.can_go_single_row = can_go_single_row
         self.row_floor = row_floor
         self.row_ceiling = row_ceiling
 

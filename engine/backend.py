@@ -48,14 +48,21 @@ def step_api_available() -> bool:
     )
 
 
+BATCH_DECODERS = ("auto", "ct2", "invariant")
+
+
 @dataclass(frozen=True)
 class SelfTestResult:
     """Outcome of the batch-invariance check on this machine, build, model and settings.
 
     Every decoder call of ``row_floor`` to ``row_ceiling`` rows gives bitwise identical logits for
-    a token whatever the call's size and the token's row; None when no floor up to 4 holds (then
-    speculation is off). ``single_row_matches`` tells whether 1-row steps fall in the same class
-    (then both numerics are one).
+    a token whatever the call's size and the token's row; None when no floor holds (then
+    speculation is off). ``single_row_matches`` tells whether CTranslate2's 1-row steps fall in
+    the same class (then both numerics are one). ``decoder``: which decoder batch-invariant
+    windows run on: ``ct2`` (the fork's own kernels, invariant from ``row_floor`` rows on this
+    machine) or ``invariant`` (the ONNX Runtime decoder of ``invariant_graph``, invariant by
+    construction and checked here from 1 row: used where the fork's kernels are not, e.g. on CPUs
+    without AVX-512). ``ct2_diffs``: the fork's own comparisons when it was not used.
     """
 
     row_floor: int | None
@@ -64,15 +71,34 @@ class SelfTestResult:
     max_abs_diff_by_rows: dict
     seconds: float
     key: str
+    decoder: str = "ct2"
+    ct2_diffs: dict | None = None
+
+    @property
+    def contract(self) -> str:
+        """One line for results and ``doctor``: what makes speculation exact on this machine."""
+        if self.row_floor is None:
+            return "none: no decoder gave bitwise invariant rows here (speculation off)"
+        if self.decoder == "invariant":
+            return (f"bitwise: ONNX Runtime invariant decoder, calls of {self.row_floor}..{self.row_ceiling} rows "
+                    "(row-wise quantization and attention of fixed length)")
+        return f"bitwise: CTranslate2 kernels, calls of {self.row_floor}..{self.row_ceiling} rows"
 
 
 class LoadedModel:
     """A CT2 Whisper model plus what the decoding loop needs to know about it."""
 
     def __init__(self, model_dir: Path, device: str = "cpu", compute_type: str = "int8", threads: int = 2,
-                 device_index: int = 0, decoder_threads: int | None = None) -> None:
+                 device_index: int = 0, decoder_threads: int | None = None, batch_decoder: str = "auto") -> None:
         """``decoder_threads``: threads of the decoder's calls; None chooses by measurement (see
-        ``_choose_decoder_threads``). The encoder always uses ``threads``."""
+        ``_choose_decoder_threads``). The encoder always uses ``threads``. ``batch_decoder``: what
+        batch-invariant windows decode on: ``auto`` (the fork's kernels where its self-test passes,
+        else the invariant decoder), ``ct2`` or ``invariant`` (see ``SelfTestResult.decoder``)."""
+        if batch_decoder not in BATCH_DECODERS:
+            raise ModelError(f"unknown batch decoder {batch_decoder!r}", where="--batch-decoder",
+                             hint=f"use one of {', '.join(BATCH_DECODERS)}")
+        self.batch_decoder_choice = batch_decoder
+        self._invariant = None
         ct2 = _import_ct2()
         check_model_dir(model_dir)
         self.model_dir = model_dir
@@ -168,26 +194,81 @@ class LoadedModel:
 
     # --- batch invariance --------------------------------------------------------------------
     def selftest(self, *, use_cache: bool = True, encoder_frames: int = 1500) -> SelfTestResult:
-        """Measure (or read from cache) the row floor of batch-invariant decoding.
+        """Measure (or read from cache) which decoder and row range make batch-invariant decoding exact.
 
+        The fork's kernels first (unless ``batch_decoder`` says otherwise); where no row floor
+        holds for them, the invariant decoder (needs onnxruntime; int8 or float32, on the CPU).
         Kernels may be chosen by the cross-attention length too, so each encoder length (full
         window or a fixed short audio context) has its own result.
         """
         if use_cache and encoder_frames in self._selftests:
             return self._selftests[encoder_frames]
-        key = f"v2|{self._selftest_key()}|{encoder_frames}"
+        key = f"v4|{self._selftest_key()}|{self.batch_decoder_choice}|{_ort_version()}|{encoder_frames}"
         if use_cache:
             try:
                 self._selftests[encoder_frames] = SelfTestResult(**_cache_get(key))
                 return self._selftests[encoder_frames]
             except TypeError:  # absent, or written by another version: measure again
                 pass
-        result = self._run_selftest(key, encoder_frames)
+        result = None
+        if self.batch_decoder_choice != "invariant":
+            result = self._run_selftest(key, encoder_frames, self.decoder)
+        if self.batch_decoder_choice != "ct2" and (result is None or result.row_floor is None):
+            ct2 = result
+            result = self._run_invariant_selftest(key, encoder_frames)
+            if ct2 is not None:
+                result = SelfTestResult(**{**asdict(result), "ct2_diffs": ct2.max_abs_diff_by_rows,
+                                           "seconds": result.seconds + ct2.seconds})
         _cache_put(key, asdict(result))
         self._selftests[encoder_frames] = result
         return result
 
-    def call_costs(self, *, use_cache: bool = True) -> dict[int, float] | None:
+    def batch_decoder(self, result: SelfTestResult | None):
+        """The decoder object that batch-invariant windows run on under ``result``."""
+        if result is not None and result.decoder == "invariant":
+            return self.invariant_decoder()
+        return self.decoder
+
+    def decoder_for(self, numerics: str, encoder_frames: int):
+        """The decoder a window in ``numerics`` runs on: the invariant decoder for batch-invariant
+        windows where this encoder length's self-test (already run) chose it, else ``decoder``."""
+        if numerics != "batch-invariant":
+            return self.decoder
+        return self.batch_decoder(self._selftests.get(encoder_frames))
+
+    def invariant_decoder(self):
+        """The ONNX Runtime decoder of this model (built on first use; see ``invariant_graph``)."""
+        if self._invariant is None:
+            from .invariant_decoder import InvariantDecoder
+
+            precision = "int8" if self.compute_type.startswith("int8") else "float32"
+            self._invariant = InvariantDecoder(self.model_dir, threads=self.decoder_threads, precision=precision,
+                                               cross_threads=self.threads)
+        return self._invariant
+
+    def _run_invariant_selftest(self, key: str, encoder_frames: int) -> SelfTestResult:
+        """The invariant decoder's rows compared bitwise: 1-row steps against calls of 2..17 rows at
+        several offsets. Unavailable (no onnxruntime, a float compute type) counts as failed."""
+        t0 = time.perf_counter()
+        if self.device != "cpu" or not (self.compute_type.startswith("int8") or self.compute_type == "float32"):
+            return SelfTestResult(None, None, False, {"invariant": f"not for {self.device} {self.compute_type}"},
+                                  time.perf_counter() - t0, key, decoder="invariant")
+        try:
+            model = self.invariant_decoder()
+        except ModelError as exc:
+            return SelfTestResult(None, None, False, {"invariant": exc.what}, time.perf_counter() - t0, key,
+                                  decoder="invariant")
+        diffs = {}
+        for speech in (False, True):
+            run, n = self._selftest_runner(encoder_frames, model, speech=speech)
+            reference = run([1] * n)
+            for chunks in ([17] + [1] * (n - 17), [2, 3, 4, 5, 6, 7, 3], [1, 12, 8, 9], [16, 14]):
+                diffs[("speech " if speech else "") + ",".join(map(str, chunks))] = max_abs_diff(run(chunks), reference)
+        ok = all(d == 0.0 for d in diffs.values())
+        return SelfTestResult(1 if ok else None, 17 if ok else None, False, diffs, time.perf_counter() - t0, key,
+                              decoder="invariant")
+
+    def call_costs(self, *, use_cache: bool = True, result: SelfTestResult | None = None) -> dict[int, float] | None:
         """Relative cost of one decoder call by rows (1 row = 1.0), measured once and cached.
 
         Measured as the decoding loop pays it: a run of calls that each advance the state by one
@@ -198,11 +279,12 @@ class LoadedModel:
         a 17-row call costs no more than a 1-row step says the machine was too busy to measure:
         it is neither used nor cached (None: the caller falls back to its default curve).
         """
-        key = f"cost-v3|{self._selftest_key()}"
+        invariant = result is not None and result.decoder == "invariant"
+        key = f"cost-v3|{self._selftest_key()}" + (f"|invariant|{_ort_version()}" if invariant else "")
         cached = _cache_get(key) if use_cache else None
         if isinstance(cached, dict) and cached:
             return {int(k): float(v) for k, v in cached.items()}
-        table = self._measure_call_costs()
+        table = self._measure_invariant_costs() if invariant else self._measure_call_costs()
         if table[max(table)] < 1.05:
             warnings.warn("decoder call costs could not be measured (the machine was busy): using the default "
                           "cost curve for this run", stacklevel=2)
@@ -217,6 +299,25 @@ class LoadedModel:
             ceiling = min(ceiling, max(best[n] / best[1], 1.0))
             table[n] = round(ceiling, 3)
         return dict(sorted(table.items()))
+
+    def _measure_invariant_costs(self, sizes: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 17)) -> dict[int, float]:
+        """The invariant decoder's calls priced in the fork's 1-row steps (what single-row windows
+        cost), both timed in turn; its own 1-row step is entry 1 and may be above or below 1.0."""
+        ct2, inv = _interleaved_call_seconds((self.decoder, self.invariant_decoder()), self, sizes=sizes, rounds=3)
+        table, ceiling = {}, float("inf")
+        for n in sorted((1, *sizes), reverse=True):
+            ceiling = min(ceiling, inv[n] / ct2[1])
+            table[n] = round(ceiling, 3)
+        return dict(sorted(table.items()))
+
+    def _speech_window(self, encoder_frames: int):
+        """The encoder output of the bundled sample's first seconds (``encoder_frames`` outputs) and a prompt."""
+        from .audio import load_audio
+        from .features import log_mel_spectrogram, window_features
+
+        mel = log_mel_spectrogram(load_audio(Path(__file__).parent / "samples" / "morning.flac"), n_mels=self.n_mels)
+        features = window_features(mel, 0, n_frames=2 * encoder_frames)
+        return self.encode(features), self.tokenizer.sot_sequence("en")
 
     def _random_window(self, encoder_frames: int):
         """A random encoder output of the real shape (kernels depend on shapes, not data) and a prompt."""
@@ -242,32 +343,43 @@ class LoadedModel:
         return "|".join(str(p) for p in (ctranslate2.__version__, cpu, self.device, self.compute_type, thread_part,
                                          self.model_dir.resolve(), stat.st_size, int(stat.st_mtime), kernel_env()))
 
-    def _run_selftest(self, key: str, encoder_frames: int) -> SelfTestResult:
-        """Decode one fixed token sequence in calls of many shapes and compare logits bitwise.
+    def _selftest_runner(self, encoder_frames: int, model, speech: bool = False):
+        """``run(chunks)``: one fixed token sequence decoded in calls of those sizes, all logits; and its length.
 
-        Kernels are chosen by shape, not data, so a random encoder output of the real shape suffices.
-        """
-        t0 = time.perf_counter()
-        encoder_output, prompt = self._random_window(encoder_frames)
+        On a random encoder output of the real shape, or (``speech``) on the bundled sample's."""
+        encoder_output, prompt = self._speech_window(encoder_frames) if speech else self._random_window(encoder_frames)
         seq = (self.tokenizer.encode(_SELFTEST_TEXT) * 3)[:_SELFTEST_LEN]
-
-        model = self.decoder
 
         def run(chunks: list[int]) -> np.ndarray:
             state, _ = model.prefill(encoder_output, prompt)
             rows, i = [], 0
             for c in chunks:
                 if c == 1:
-                    rows.append(np.asarray(model.forward_step(state, seq[i]), dtype=np.float32).reshape(1, -1))
+                    rows.append(to_host(model.forward_step(state, seq[i])).astype(np.float32).reshape(1, -1))
                 else:
-                    rows.append(np.asarray(model.forward_batch(state, seq[i:i + c]), dtype=np.float32)[0])
+                    rows.append(to_host(model.forward_batch(state, seq[i:i + c])).astype(np.float32)[0])
                 i += c
             return np.concatenate(rows)
 
+        return run, len(seq)
+
+    def _run_selftest(self, key: str, encoder_frames: int, model) -> SelfTestResult:
+        """Decode one fixed token sequence in calls of many shapes and compare logits bitwise, on a
+        random encoder output and again on speech (the bundled sample): on an AVX2-only CPU the
+        fork's int8 kernels passed on random data (tiny.en: rows 4-5) and still differed on speech,
+        where some kernels saturate 16-bit sums that others do not. The floor must hold on both."""
+        t0 = time.perf_counter()
+        run, _ = self._selftest_runner(encoder_frames, model)
+        seq = range(_SELFTEST_LEN)
         floor, ceiling, diffs = _invariant_rows(run, len(seq))
+        if floor is not None:
+            speech, _ = self._selftest_runner(encoder_frames, model, speech=True)
+            s_floor, s_ceiling, s_diffs = _invariant_rows(speech, len(seq), floors=(floor,))
+            diffs.update({f"speech {k}": v for k, v in s_diffs.items()})
+            floor, ceiling = (floor, min(ceiling, s_ceiling)) if s_floor == floor else (None, None)
         reference = run(_even(len(seq), floor or 3))
         single = run([1] * 4 + _even(len(seq) - 4, floor or 3))
-        diffs["1-row"] = float(np.abs(single[:4] - reference[:4]).max())
+        diffs["1-row"] = max_abs_diff(single[:4], reference[:4])
         return SelfTestResult(row_floor=floor, row_ceiling=ceiling, single_row_matches=diffs["1-row"] == 0.0,
                               max_abs_diff_by_rows=diffs, seconds=time.perf_counter() - t0, key=key)
 
@@ -295,12 +407,31 @@ def kernel_env() -> str:
     return kernel_env_from(os.environ)
 
 
-def to_host(view) -> np.ndarray:
-    """A CT2 StorageView as a numpy array (CUDA storage is copied to the host first)."""
+def _ort_version() -> str:
     try:
-        return np.asarray(view)
-    except (TypeError, ValueError, RuntimeError):
-        return np.asarray(view.to_device(_import_ct2().Device.cpu))
+        import onnxruntime
+    except ImportError:
+        return "no-ort"
+    return onnxruntime.__version__
+
+
+def to_host(view) -> np.ndarray:
+    """A CT2 StorageView (or an array) as a numpy array; CUDA storage is copied to the host first
+    (``np.asarray`` does not fail on it: it returns an object array)."""
+    if isinstance(view, np.ndarray):
+        return view
+    if str(getattr(view, "device", "cpu")) != "cpu":
+        view = view.to_device(_import_ct2().Device.cpu)
+    return np.asarray(view)
+
+
+def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """Largest |a - b|, where equal entries (equal infinities included: CUDA logits hold -inf)
+    count 0 and a NaN counts as infinitely far."""
+    with np.errstate(invalid="ignore"):
+        d = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    d[a == b] = 0.0
+    return float(np.nan_to_num(d, nan=np.inf).max()) if d.size else 0.0
 
 
 def _call_seconds(model, lm: LoadedModel, sizes: tuple[int, ...], trials: int = 3,
@@ -364,7 +495,7 @@ def _even(n: int, size: int) -> list[int]:
     return chunks
 
 
-def _invariant_rows(run, n: int) -> tuple[int | None, int | None, dict]:
+def _invariant_rows(run, n: int, floors: tuple[int, ...] = _FLOORS) -> tuple[int | None, int | None, dict]:
     """The smallest floor and largest ceiling such that every call of floor..ceiling rows gives
     bitwise the same logits for a token, wherever it sits in the call.
 
@@ -373,11 +504,11 @@ def _invariant_rows(run, n: int) -> tuple[int | None, int | None, dict]:
     two different offsets and compared with the floor-sized reference.
     """
     diffs: dict[str, float] = {}
-    for floor in _FLOORS:
+    for floor in floors:
         reference = run(_even(n, floor))
 
         def same(chunks: list[int], reference=reference, floor=floor) -> bool:
-            d = float(np.abs(run(chunks) - reference).max())
+            d = max_abs_diff(run(chunks), reference)
             diffs[f"{floor}:{','.join(map(str, chunks))}"] = d
             return d == 0.0
 

@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--model", default=None, help="also load this model and run the batch-invariance self-test")
     doc.add_argument("--compute-type", default="int8")
     doc.add_argument("--threads", type=int, default=2)
+    doc.add_argument("--batch-decoder", default="auto", choices=["auto", "ct2", "invariant"])
 
     _add_optional_subcommands(sub)
     return parser
@@ -92,6 +93,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--decoder-threads", type=int, default=None,
                    help="threads of the decoder's calls (default: 1 unless --threads is clearly faster, measured once)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--batch-decoder", default="auto", choices=["auto", "ct2", "invariant"],
+                   help="what batch-invariant (speculated) windows decode on: auto = CTranslate2 where its "
+                        "self-test passes, else the ONNX Runtime invariant decoder")
 
 
 def _add_optional_subcommands(sub) -> None:
@@ -150,7 +154,7 @@ def _dispatch(args) -> int:
     if args.command == "doctor":
         from .doctor import run_doctor
 
-        return run_doctor(args.model, args.compute_type, args.threads)
+        return run_doctor(args.model, args.compute_type, args.threads, args.batch_decoder)
     if args.command == "convert":
         from specwhisper.converters.cli import run_convert
 
@@ -173,7 +177,8 @@ def _transcribe(args) -> int:
                       temperature=args.temperature, seed=args.seed, timestamps=args.timestamps)
     engine = WhisperEngine(args.model, device=args.device, compute_type=args.compute_type, threads=args.threads,
                            tokenmap=args.tokenmap, learn=args.learn, prompt_lookup=args.prompt_lookup,
-                           draft_model=args.draft_model, decoder_threads=args.decoder_threads)
+                           draft_model=args.draft_model, decoder_threads=args.decoder_threads,
+                           batch_decoder=getattr(args, "batch_decoder", "auto"))
     out_dir = args.output_dir or ("." if args.output_format != "txt" else None)
     failures = 0
     for path in args.audio:

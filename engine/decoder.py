@@ -38,7 +38,7 @@ def decode_window(session: DecoderSession, drafter: Drafter, policy: DraftLength
     out = [session.start()]
     t1 = time.perf_counter()
     stats.prefill_s += t1 - t0
-    if session.numerics == "batch-invariant" and gate is not None and not gate(out):
+    if session.numerics == "batch-invariant" and gate is not None and session.can_go_single_row and not gate(out):
         session.numerics = "single-row"
     if session.numerics == "single-row":
         step = session.step

@@ -9,7 +9,7 @@ import sys
 from . import __version__, model_store
 
 
-def run_doctor(model: str | None, compute_type: str, threads: int) -> int:
+def run_doctor(model: str | None, compute_type: str, threads: int, batch_decoder: str = "auto") -> int:
     import ctranslate2
 
     from .backend import kernel_env, step_api_available
@@ -28,10 +28,15 @@ def run_doctor(model: str | None, compute_type: str, threads: int) -> int:
     if model is not None and step:
         from .backend import LoadedModel
 
-        lm = LoadedModel(model_store.resolve_model(model), compute_type=compute_type, threads=threads)
+        lm = LoadedModel(model_store.resolve_model(model, prefer_int8=compute_type.startswith("int8")),
+                         compute_type=compute_type, threads=threads, batch_decoder=batch_decoder)
         result = lm.selftest(use_cache=False)
         verdict = (f"rows {result.row_floor}..{result.row_ceiling} (every call of that many rows is bitwise invariant)"
                    if result.row_floor else "FAILED: speculation off")
+        print(f"speculation contract: {result.contract}")
+        if result.ct2_diffs:
+            print("CTranslate2's own kernels failed the self-test here (largest |logit| differences by call pattern): "
+                  + json.dumps({k: round(v, 6) for k, v in result.ct2_diffs.items()}))
         print(f"decoder threads: {lm.decoder_threads} (encoder {threads}; 1 unless {threads} is clearly faster, measured)")
         print(f"batch-invariance self-test ({lm.compute_type}, decoder {lm.decoder_threads} threads): {verdict}; "
               f"1-row steps {'match' if result.single_row_matches else 'differ (single-row is its own numerics)'}; "

@@ -135,6 +135,8 @@ class Result:
     decoder_threads: int = 0
     row_floor: int | None = None
     row_ceiling: int | None = None
+    batch_decoder: str = "ct2"
+    contract: str = ""
     speculation_available: bool = True
     audio_ctx: int = N_FRAMES
     audio_ctx_fallback: str | None = None
@@ -170,6 +172,8 @@ class Result:
             "decoder_threads": self.decoder_threads,
             "row_floor": self.row_floor,
             "row_ceiling": self.row_ceiling,
+            "batch_decoder": self.batch_decoder,
+            "contract": self.contract,
             "speculation_available": self.speculation_available,
             "audio_ctx": self.audio_ctx,
             "audio_ctx_fallback": self.audio_ctx_fallback,
@@ -230,8 +234,11 @@ class WhisperEngine:
                  drafters: list[Drafter] | None = None,
                  verify_cost: VerifyCost | None = None, selftest: bool = True,
                  decoder_threads: int | None = None, pipeline: bool = True,
-                 draft_ahead: bool | None = None, loaded: LoadedModel | None = None) -> None:
-        """``draft_ahead``: run the draft model on its own thread ahead of the main decoder (default:
+                 draft_ahead: bool | None = None, loaded: LoadedModel | None = None,
+                 batch_decoder: str = "auto") -> None:
+        """``batch_decoder``: what batch-invariant windows decode on (``auto``: the fork's kernels
+        where its self-test passes, else the ONNX Runtime invariant decoder; ``ct2``; ``invariant``).
+        ``draft_ahead``: run the draft model on its own thread ahead of the main decoder (default:
         on CPU where the decoder has an instance of its own, i.e. a core the decoder leaves idle).
         ``loaded``: the model of another engine, shared instead of loaded again (engines with other
         drafters on one model in memory; windows of all of them are decoded one at a time)."""
@@ -247,7 +254,7 @@ class WhisperEngine:
         else:
             self.model_dir = resolve_model(model, prefer_int8=compute_type.startswith("int8"))
             self.lm = LoadedModel(self.model_dir, device=device, compute_type=compute_type, threads=threads,
-                                  decoder_threads=decoder_threads)
+                                  decoder_threads=decoder_threads, batch_decoder=batch_decoder)
         self.tokenizer = self.lm.tokenizer
         # Cheap filler guesses learn from the outputs of one call (earlier windows of the same audio);
         # across calls only with learn=True, so that by default one file never speeds up another.
@@ -265,7 +272,7 @@ class WhisperEngine:
         self.row_floor = self.selftest_result.row_floor if self.selftest_result else None
         self.row_ceiling = (self.selftest_result.row_ceiling or 17) if self.selftest_result else 17
         if verify_cost is None and self.row_floor is not None:
-            measured = self.lm.call_costs()
+            measured = self.lm.call_costs(result=self.selftest_result)
             verify_cost = VerifyCost(measured) if measured else None
         self.verify_cost = verify_cost or VerifyCost.default(device)
         self.drafters: list[Drafter] = list(drafters or [])
@@ -404,7 +411,8 @@ class WhisperEngine:
             # Chosen before encoding, so that a draft model's encoder can run beside the main one.
             numerics, reason, window_policy = self._choose_numerics(run.opts, run.chain, run.policy,
                                                                     samples.size / SAMPLE_RATE)
-            rows = self._invariant_rows(run.ctx_frames)
+            check = self._window_selftest(run.ctx_frames)
+            rows = (check.row_floor, check.row_ceiling or 17) if check else (None, 17)
             if rows[0] is None and numerics == "batch-invariant":
                 numerics, reason = "single-row", "no invariant row range for this encoder length"
             if numerics == "batch-invariant":
@@ -430,7 +438,7 @@ class WhisperEngine:
                 sampler = PositionSampler(temperature, run.opts.seed, index, attempt) if temperature else None
                 tokens, used = self._decode(encoder_output, prompt, numerics, run.chain, window_policy, context,
                                             max_new, wstats, rows, run.guesser, gated=run.opts.numerics == "auto",
-                                            sampler=sampler, timestamps=run.timestamps)
+                                            sampler=sampler, timestamps=run.timestamps, check=check)
                 if attempt + 1 == len(temperatures) or compression_ratio(
                         self.tokenizer.decode([t for t in tokens if t < eot])) <= run.opts.compression_ratio_threshold:
                     break
@@ -468,6 +476,8 @@ class WhisperEngine:
                       compute_type=self.lm.compute_type, threads=self.lm.threads,
                       decoder_threads=self.lm.decoder_threads, row_floor=self.row_floor,
                       row_ceiling=self.row_ceiling, speculation_available=self.row_floor is not None,
+                      batch_decoder=self.selftest_result.decoder if self.selftest_result else "ct2",
+                      contract=self.selftest_result.contract if self.selftest_result else "none: no self-test",
                       audio_ctx=run.ctx_frames, temperature=run.opts.temperature, seed=run.opts.seed,
                       timestamps=run.timestamps)
 
@@ -505,20 +515,20 @@ class WhisperEngine:
             draft.enabled = False  # no draft encoder on windows that will not speculate
         return numerics, reason + note, window_policy
 
-    def _invariant_rows(self, ctx_frames: int) -> tuple[int | None, int]:
-        """Row floor and ceiling for this encoder length (the self-test runs once per fixed size)."""
+    def _window_selftest(self, ctx_frames: int) -> SelfTestResult | None:
+        """The self-test for this encoder length (it runs once per fixed size)."""
         if ctx_frames == N_FRAMES or self.selftest_result is None:
-            return self.row_floor, self.row_ceiling
-        result = self.lm.selftest(encoder_frames=ctx_frames // 2)
-        return result.row_floor, result.row_ceiling or 17
+            return self.selftest_result
+        return self.lm.selftest(encoder_frames=ctx_frames // 2)
 
     def _decode(self, encoder_output, prompt: list[int], numerics: str, chain: DrafterChain,
                 policy: AdaptiveDraftLength | FixedDraftLength, context: WindowContext, max_new: int,
                 wstats: DecodeStats, rows: tuple[int | None, int], guesser: BigramGuesser,
                 gated: bool = False, sampler: PositionSampler | None = None,
-                timestamps: bool = False) -> tuple[list[int], str]:
+                timestamps: bool = False, check: SelfTestResult | None = None) -> tuple[list[int], str]:
         """The window's tokens and the numerics they were decoded in (``gated``: the policy chose
-        the numerics, so the first-token gate may still turn the window single-row)."""
+        the numerics, so the first-token gate may still turn the window single-row, unless the
+        window runs on the invariant decoder, whose prefill single-row windows do not share)."""
         eot = self.tokenizer.special.eot
         if numerics == "native":
             tokens = self._generate(self.lm.model, encoder_output, prompt, wstats, sampler)
@@ -534,9 +544,10 @@ class WhisperEngine:
         else:
             from .verifier import DecoderSession
 
+            decoder = self.lm.batch_decoder(check) if numerics == "batch-invariant" else self.lm.decoder
             session = DecoderSession(self.lm, encoder_output, prompt, numerics, row_floor=rows[0] or 2,
                                      row_ceiling=rows[1], sampler=sampler,
-                                     rules=self._timestamp_rules if timestamps else None)
+                                     rules=self._timestamp_rules if timestamps else None, decoder=decoder)
             tokens = decode_with_drafters(session, chain, policy, max_new, eot, wstats,
                                           map_then_bigram(self.tokenmap_drafter, guesser), gated)
             used = session.numerics

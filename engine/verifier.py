@@ -7,7 +7,9 @@ This is the only place that drives the step API. Two numerics:
 * ``batch-invariant``: prefill the prompt, then every decoder call carries at least
   ``row_floor`` rows. The self-test shows that from that size on a token's logits are bitwise the
   same whatever the call's size and the token's row, so the emitted tokens cannot depend on what
-  was drafted: drafts only decide how many tokens one call confirms.
+  was drafted: drafts only decide how many tokens one call confirms. Where the fork's kernels
+  have no such floor (CPUs without AVX-512), the session drives the ONNX Runtime invariant
+  decoder instead (``invariant_decoder``: the same step API, floor 1).
 
 With a ``PositionSampler`` the session samples instead (temperature > 0), and with
 ``TimestampRules`` it forbids malformed timestamps: either way each position's token is a fixed
@@ -33,19 +35,27 @@ class DecoderSession:
 
     def __init__(self, lm: LoadedModel, encoder_output, prompt: Sequence[int], numerics: Numerics,
                  row_floor: int = 2, row_ceiling: int = 17, sampler: PositionSampler | None = None,
-                 rules: TimestampRules | None = None) -> None:
+                 rules: TimestampRules | None = None, decoder=None) -> None:
         """``sampler``: pick tokens by temperature sampling with noise fixed per position (see
         ``sampling``) instead of greedily. ``rules``: decode with timestamps (see ``timestamps``).
-        Either needs each row's full logits on the host; exactness is unchanged."""
+        Either needs each row's full logits on the host; exactness is unchanged. ``decoder``: the
+        model whose step API the session drives (default: ``lm.decoder_for`` the numerics, i.e. the
+        invariant decoder, whose rows are bitwise alike from 1 row, for batch-invariant windows
+        where the self-test chose it)."""
         self._lm = lm
         self._sampler = sampler
         self._rules = rules
         self._full_logits = sampler is not None or rules is not None
-        self._model = lm.decoder
+        if decoder is None:
+            decoder = lm.decoder_for(numerics, int(encoder_output.shape[1]))
+        self._model = decoder
+        # Only the fork's decoder prefills alike for both numerics: a window begun on the invariant
+        # decoder cannot turn single-row after its prefill.
+        self.can_go_single_row = decoder is lm.decoder
         self._encoder_output = encoder_output
         self._prompt = list(prompt)
         self.numerics = numerics
-        self.row_floor = max(2, int(row_floor))
+        self.row_floor = max(1, int(row_floor))
         self.row_ceiling = max(self.row_floor, int(row_ceiling))
         self._suppress = lm.suppress
         self._vocab = lm.vocab_size

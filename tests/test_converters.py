@@ -151,16 +151,23 @@ def test_hf_conversion_writes_ct2_config_tokenizer_and_card(hf_tiny, ct2_f32, ti
 
 
 def test_hf_int8_runs_and_stays_close(hf_tiny, ct2_f32, features, tmp_path):
+    """The int8 file behaves as CTranslate2's own int8 quantization of the float32 model: how far
+    int8 lands from float32 depends on the CPU's int8 kernels (0.11 mean relative error on an
+    AVX2-only EPYC, under 0.05 with AVX-512), so the yardstick is CT2 quantizing at load, run
+    on the same kernels."""
     out = convert(hf_tiny[0], tmp_path / "int8", "int8")
     assert (out / "model.bin").stat().st_size < 0.5 * (ct2_f32 / "model.bin").stat().st_size
     enc32, tok32, _ = ct2_greedy(ct2_f32, features, "float32")
     enc8, tok8, _ = ct2_greedy(out, features, "int8")
+    ref8, ref_tok8, _ = ct2_greedy(ct2_f32, features, "int8")  # CT2 quantizes the float32 weights at load
     rel = np.abs(enc8 - enc32).mean() / np.abs(enc32).mean()
-    agree = next((i for i, (a, b) in enumerate(zip(tok8, tok32)) if a != b), min(len(tok8), len(tok32)))
-    print(f"int8 vs float32: encoder mean rel. error {rel:.4f}, greedy tokens agree on the first "
-          f"{agree}/{len(tok32)}")
-    assert rel < 0.05
-    assert agree >= 4
+    rel_ct2 = np.abs(ref8 - enc32).mean() / np.abs(enc32).mean()
+    drift = np.abs(enc8 - ref8).mean() / np.abs(enc32).mean()
+    print(f"int8 vs float32: encoder mean rel. error {rel:.4f} (CT2's own int8: {rel_ct2:.4f}; between the two "
+          f"{drift:.4f}); greedy tokens {tok8[:8]} vs CT2's int8 {ref_tok8[:8]}")
+    assert rel < 0.2  # int8 at all: a broken scale or transposed weight gives errors of order 1
+    assert drift <= 0.1 * rel_ct2 + 1e-6  # the same quantization as CT2's, up to rounding
+    assert tok8 == ref_tok8
 
 
 # --- OpenAI .pt -> CT2 ------------------------------------------------------------------------

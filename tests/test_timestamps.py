@@ -103,7 +103,12 @@ def test_long_audio_seeks_by_segment_and_keeps_the_speech(base_model_dir, ljspee
     assert seeking.timestamps and not fixed.timestamps
     errors, words = clip_errors(seeking.text, [ljspeech["text"]])
     fixed_errors, _ = clip_errors(fixed.text, [ljspeech["text"]])
-    assert errors / words < 0.12 and fixed_errors > 3 * errors, (errors, fixed_errors, words)
+    # Fixed windows cut words at each of their edges and often end a window early; seeking decodes
+    # them again whole. Margins from that, not from one CPU's counts (Xeon: over 3x; AMD EPYC 85 vs
+    # 42): at least 2 words more lost per window edge, and 1.5x the errors.
+    edges = len(fixed.windows) - 1
+    assert errors / words < 0.12, (errors, words)
+    assert fixed_errors - errors >= 2 * edges and fixed_errors > 1.5 * errors, (errors, fixed_errors, edges)
     segments = seeking.segments
     assert all(a.end_s <= b.start_s + 1e-6 and a.start_s <= a.end_s for a, b in zip(segments, segments[1:]))
     assert segments[-1].end_s > seeking.duration_s - 10.0

@@ -1,0 +1,117 @@
+"""A Whisper decoder on ONNX Runtime whose logits for a token do not depend on the call's rows.
+
+It offers the fork's step API (``prefill``, ``forward_step[_greedy]``, ``forward_batch[_greedy]``,
+a state with ``current_step`` and ``truncate_to_step``), so the verifier drives it as it drives
+CTranslate2. See ``invariant_graph`` for why its rows are computed alike in any call; the
+self-test in ``backend`` checks that bitwise on each machine before it is used.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ModelError
+from .invariant_graph import DecoderShape, build_graphs
+
+
+def _ort():
+    try:
+        import onnxruntime
+    except ImportError:
+        raise ModelError("the invariant decoder needs onnxruntime", where="python environment",
+                         hint="pip install 'specwhisper[invariant]'") from None
+    return onnxruntime
+
+
+class InvariantDecoderState:
+    """One window's decoder state: per layer the cross-attention inputs and a cache of fixed length
+    (keys [H, P, dh], transposed values [H, dh, P]); rolling back only moves ``current_step``."""
+
+    def __init__(self, shape: DecoderShape, length: int, cross: dict[str, np.ndarray]) -> None:
+        heads, dh = shape.heads, shape.d_model // shape.heads
+        self.feeds: dict[str, np.ndarray] = dict(cross)
+        for i in range(shape.layers):
+            self.feeds[f"past_k_{i}"] = np.zeros((heads, length, dh), np.float32)
+            self.feeds[f"past_v_{i}"] = np.zeros((heads, dh, length), np.float32)
+        self.layers = shape.layers
+        self.length = length
+        self.current_step = 0
+
+    def truncate_to_step(self, step: int) -> None:
+        if not 0 <= step <= self.current_step:
+            raise ValueError(f"cannot truncate to step {step} (at {self.current_step})")
+        self.current_step = step
+
+
+class InvariantDecoder:
+    """The decoder graphs of one model on ONNX Runtime, ``threads`` intra-op threads."""
+
+    def __init__(self, model_dir: Path, threads: int = 1, precision: str = "int8", cross_threads: int | None = None) -> None:
+        """``threads``: intra-op threads of the decoder's calls; ``cross_threads``: of the once-a-window
+        cross-attention keys and values (large GEMMs, like the encoder's; default ``threads``)."""
+        ort = _ort()
+        cross, step, self.shape = build_graphs(model_dir, precision)
+
+        def session(graph: bytes, n_threads: int):
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = n_threads
+            options.inter_op_num_threads = 1
+            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+
+        try:
+            self._cross = session(cross, cross_threads or threads)
+            self._step = session(step, threads)
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise ModelError(f"ONNX Runtime cannot load the decoder graphs: {exc}", where=str(model_dir),
+                             hint="check the onnxruntime installation") from None
+        self._outputs = [o.name for o in self._step.get_outputs()]
+        self.compute_type = precision
+        self._lock = threading.Lock()
+
+    # --- the fork's step API -------------------------------------------------------------------
+    def prefill(self, encoder_output, prompt: Sequence[int], length: int | None = None):
+        enc = np.asarray(encoder_output, dtype=np.float32)
+        enc = np.ascontiguousarray(enc.reshape(-1, enc.shape[-1]))
+        names = [o.name for o in self._cross.get_outputs()]
+        cross = dict(zip(names, self._cross.run(names, {"encoder_output": enc})))
+        state = InvariantDecoderState(self.shape, length or self.shape.max_positions, cross)
+        logits = self._call(state, list(prompt))
+        return state, logits[-1:]
+
+    def forward_step(self, state: InvariantDecoderState, token: int) -> np.ndarray:
+        return self._call(state, [token])
+
+    def forward_batch(self, state: InvariantDecoderState, tokens: Sequence[int]) -> np.ndarray:
+        return self._call(state, list(tokens))[None]
+
+    def forward_step_greedy(self, state: InvariantDecoderState, token: int, suppress: Sequence[int] = ()) -> int:
+        return self.forward_batch_greedy(state, [token], suppress)[0]
+
+    def forward_batch_greedy(self, state: InvariantDecoderState, tokens: Sequence[int],
+                             suppress: Sequence[int] = ()) -> list[int]:
+        logits = self._call(state, list(tokens))
+        if len(suppress):
+            logits[:, suppress] = -np.inf
+        return [int(i) for i in logits.argmax(axis=1)]
+
+    def _call(self, state: InvariantDecoderState, tokens: list[int]) -> np.ndarray:
+        start, rows = state.current_step, len(tokens)
+        if start + rows > state.length:
+            raise ValueError(f"decoder positions exhausted ({start} + {rows} > {state.length})")
+        positions = np.arange(start, start + rows, dtype=np.int64)
+        feeds = state.feeds
+        feeds["tokens"] = np.asarray(tokens, np.int64)
+        feeds["positions"] = positions
+        feeds["mask"] = np.where(np.arange(state.length)[None, :] <= positions[:, None], 0.0,
+                                 -np.inf).astype(np.float32)
+        logits, *new = self._step.run(self._outputs, feeds)
+        for i in range(state.layers):
+            feeds[f"past_k_{i}"][:, start:start + rows] = new[2 * i]
+            feeds[f"past_v_{i}"][:, :, start:start + rows] = new[2 * i + 1]
+        state.current_step = start + rows
+        return logits
