@@ -31,6 +31,16 @@ def cpu_vendor() -> str:
     return _cpuinfo("vendor_id") or platform.machine()
 
 
+def kernel_class() -> str:
+    """Vendor and vector ISA the int8 kernels run with, e.g. ``AuthenticAMD-avx512``: what a
+    peer's near-tie tokens depend on. ``ONEDNN_MAX_CPU_ISA`` below AVX-512 counts as ``avx2``
+    (it holds oneDNN, which CTranslate2 uses on AMD CPUs, to those kernels)."""
+    flags = (_cpuinfo("flags") or "").split()
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    avx512 = "avx512bw" in flags and not (limit and not limit.startswith("AVX512") and limit != "ALL")
+    return f"{cpu_vendor()}-{'avx512' if avx512 else 'avx2'}"
+
+
 def _mem_total_gb() -> float | None:
     try:
         with open("/proc/meminfo", encoding="utf-8") as f:

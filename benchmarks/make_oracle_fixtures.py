@@ -5,8 +5,10 @@
 * ``mel_oracle.npz``: faster-whisper's log-mel of 4 shared clips, exactly as its encoder sees the
   first window, cut to the audio frames + 50 padding frames (float32, compressed), plus jfk at 128
   bins (first 300 frames). ``meta`` (a JSON string) records versions, clip paths and the exact call.
-* ``fw_greedy.json``: faster-whisper greedy transcripts (text and token ids) of the 7 sentence clips
-  in real/ for base and tiny.en.
+* ``fw_greedy_<kernel class>.json``: faster-whisper greedy transcripts (text and token ids) of the 7
+  sentence clips in real/ for base and tiny.en, one file per vendor and vector ISA
+  (``benchmarks.machine.kernel_class``: near-tie tokens differ between them; run it with
+  ``ONEDNN_MAX_CPU_ISA=AVX2`` on an AMD CPU with AVX-512 for the AVX2 file).
 
 Runs faster-whisper in the peer environment (``peer_env``), fed the samples our loader decoded.
 """
@@ -26,7 +28,7 @@ from specwhisper.audio import load_audio
 from specwhisper.io_utils import atomic_write_bytes, atomic_write_text
 
 from .data import REPO, Clip, load_set, shared_data_root
-from .machine import cpu_vendor
+from .machine import cpu_vendor, kernel_class
 from .peer_env import PeerWorker
 
 MEL_CLIPS = ("jfk", "librispeech_1272-128104-0001", "fsdd_0_george_7", "car_000")
@@ -84,7 +86,7 @@ def make_fw_greedy(worker: PeerWorker, root: Path, tmp: Path, out: Path, models:
                    versions: dict) -> Path:
     sentences = [c for c in load_set("real", root) if c.kind == "sentence"]
     result: dict = {"faster_whisper": versions["faster_whisper"], "ctranslate2": versions["ctranslate2"],
-                    "call": FW_GREEDY_CALL, "cpu_vendor": cpu_vendor(),
+                    "call": FW_GREEDY_CALL, "cpu_vendor": cpu_vendor(), "kernel_class": kernel_class(),
                     "note": "tokens: all segments' ids concatenated (SOT sequence and EOT excluded). "
                             "faster-whisper defaults left on: suppress_blank=True, suppress_tokens=[-1], "
                             "no_speech_threshold=0.6 with log_prob_threshold=-1.0 (a window whose no-speech "
@@ -101,7 +103,8 @@ def make_fw_greedy(worker: PeerWorker, root: Path, tmp: Path, out: Path, models:
             rows.append({"id": clip.id, "clip": clip.rel, "text": res["text"], "tokens": res["tokens"],
                          "segments": [{"text": s["text"], "tokens": s["tokens"]} for s in res["segments"]]})
         result["models"][name] = {"model_dir_name": Path(model_dir).name, "clips": rows}
-    return atomic_write_text(out / "fw_greedy.json", json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    return atomic_write_text(out / f"fw_greedy_{kernel_class()}.json",
+                             json.dumps(result, indent=1, ensure_ascii=False) + "\n")
 
 
 def _model(arg: str | None, name: str) -> Path:

@@ -408,11 +408,14 @@ def kernel_env() -> str:
 
 
 def _ort_version() -> str:
+    """onnxruntime's version and the invariant graph's (both decide its numerics)."""
     try:
         import onnxruntime
     except ImportError:
         return "no-ort"
-    return onnxruntime.__version__
+    from .invariant_graph import GRAPH_VERSION
+
+    return f"{onnxruntime.__version__}/g{GRAPH_VERSION}"
 
 
 def to_host(view) -> np.ndarray:
@@ -431,7 +434,7 @@ def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
     with np.errstate(invalid="ignore"):
         d = np.abs(a.astype(np.float64) - b.astype(np.float64))
     d[a == b] = 0.0
-    return float(np.nan_to_num(d, nan=np.inf).max()) if d.size else 0.0
+    return float(np.where(np.isnan(d), np.inf, d).max()) if d.size else 0.0
 
 
 def _call_seconds(model, lm: LoadedModel, sizes: tuple[int, ...], trials: int = 3,

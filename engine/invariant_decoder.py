@@ -8,7 +8,6 @@ self-test in ``backend`` checks that bitwise on each machine before it is used.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -71,7 +70,6 @@ class InvariantDecoder:
                              hint="check the onnxruntime installation") from None
         self._outputs = [o.name for o in self._step.get_outputs()]
         self.compute_type = precision
-        self._lock = threading.Lock()
 
     # --- the fork's step API -------------------------------------------------------------------
     def prefill(self, encoder_output, prompt: Sequence[int], length: int | None = None):

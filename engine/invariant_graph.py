@@ -30,6 +30,7 @@ import numpy as np
 from .errors import ModelError
 
 OPSET = 17
+GRAPH_VERSION = 1  # part of the self-test's cache key: a changed graph is a changed numerics
 
 
 @dataclass(frozen=True)
@@ -160,8 +161,11 @@ def _linear(w: dict, prefix: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | 
     return q, scale.astype(np.float32), w.get(f"{prefix}/bias")
 
 
-def _layers(w: dict) -> int:
-    return 1 + max(int(m.group(1)) for k in w if (m := re.match(r"decoder/layer_(\d+)/", k)))
+def _shape(w: dict) -> DecoderShape:
+    layers = 1 + max(int(m.group(1)) for k in w if (m := re.match(r"decoder/layer_(\d+)/", k)))
+    vocab, d = w["decoder/embeddings/weight"].shape
+    return DecoderShape(layers, int(w["decoder/num_heads"]), int(d), int(vocab),
+                        int(w["decoder/position_encodings/encodings"].shape[0]))
 
 
 def _float_weight(w: dict, prefix: str) -> np.ndarray:
@@ -169,14 +173,6 @@ def _float_weight(w: dict, prefix: str) -> np.ndarray:
     if weight.dtype == np.int8:
         return (weight.astype(np.float32) / w[f"{prefix}/weight_scale"][:, None]).astype(np.float32)
     return weight.astype(np.float32)
-
-
-def decoder_shape(model_dir: Path) -> DecoderShape:
-    w = _weights(model_dir)
-    layers = _layers(w)
-    vocab, d = w["decoder/embeddings/weight"].shape
-    return DecoderShape(layers, int(w["decoder/num_heads"]), int(d), int(vocab),
-                        int(w["decoder/position_encodings/encodings"].shape[0]))
 
 
 PRECISIONS = ("int8", "float32")
@@ -193,11 +189,8 @@ def build_graphs(model_dir: Path, precision: str = "int8") -> tuple[bytes, bytes
     if int(w.get("decoder/pre_norm", 1)) != 1 or int(w.get("decoder/activation", 3)) != 3:
         raise ModelError("unsupported decoder (not pre-norm with GELU)", where=str(model_dir),
                          hint="use a Whisper model converted by CTranslate2")
-    layers = _layers(w)
-    heads = int(w["decoder/num_heads"])
-    vocab, d = w["decoder/embeddings/weight"].shape
-    dh = d // heads
-    shape = DecoderShape(layers, heads, int(d), int(vocab), int(w["decoder/position_encodings/encodings"].shape[0]))
+    shape = _shape(w)
+    dh = shape.d_model // shape.heads
     return _cross_graph(w, shape, dh, precision), _step_graph(w, shape, dh, precision), shape
 
 

@@ -32,19 +32,26 @@ def test_single_row_equals_generate_tiny(tiny_engine, shared_data):
         _check_generate_parity(tiny_engine, clip)
 
 
+def _fw_fixture(kernel: str, vendor: str) -> dict:
+    """The faster-whisper fixture made on this kind of CPU (int8 kernels differ at near-ties by vendor
+    and vector ISA: jfk gives "Americans, ask" on the Intel Xeon, "Americans ask" from the fork on an
+    AMD EPYC), or a skip that says how to make one."""
+    path = FIXTURES / f"fw_greedy_{kernel}.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    legacy = FIXTURES / "fw_greedy.json"  # made on the Intel Xeon before fixtures were kept per ISA
+    if legacy.is_file() and vendor == "GenuineIntel":
+        return json.loads(legacy.read_text(encoding="utf-8"))
+    pytest.skip(f"no faster-whisper fixture for this CPU ({kernel}): make tests/fixtures/fw_greedy_{kernel}.json "
+                "with python -m benchmarks.make_oracle_fixtures --only greedy (test_single_row_equals_generate "
+                "still checks parity with the fork's generate)")
+
+
 @pytest.mark.parametrize("model", ["base", "tiny.en"])
 def test_text_equals_faster_whisper_greedy(model, base_engine, tiny_engine, shared_data):
-    path = FIXTURES / "fw_greedy.json"
-    if not path.is_file():
-        pytest.skip("tests/fixtures/fw_greedy.json missing (make it with python -m benchmarks.make_oracle_fixtures)")
-    fixture = json.loads(path.read_text(encoding="utf-8"))
-    from benchmarks.machine import cpu_vendor
+    from benchmarks.machine import cpu_vendor, kernel_class
 
-    if fixture.get("cpu_vendor", "GenuineIntel") != cpu_vendor():
-        # e.g. jfk: "Americans, ask" on the Intel Xeon, "Americans ask" from the fork's generate here
-        pytest.skip(f"faster-whisper fixture recorded on {fixture.get('cpu_vendor', 'GenuineIntel')}, this CPU is "
-                    f"{cpu_vendor()}: int8 kernels differ at near-ties (remake it here with "
-                    "python -m benchmarks.make_oracle_fixtures; test_single_row_equals_generate still checks parity)")
+    fixture = _fw_fixture(kernel_class(), cpu_vendor())
     engine = base_engine if model == "base" else tiny_engine
     entries = fixture["models"][model]["clips"]
     assert len(entries) == 7, "fixture should hold the 7 real sentence clips"

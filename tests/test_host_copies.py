@@ -1,0 +1,47 @@
+"""Logits reach the host safely whatever their device: the two causes of the CUDA traceback at load
+(``../shared/gpu/README.md`` section 5), both checkable without a GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specwhisper.backend import max_abs_diff, to_host
+
+
+class _FakeCudaView:
+    """Stands in for a CUDA StorageView: ``np.asarray`` on it does not fail, it gives an object array."""
+
+    device = "cuda"
+
+    def __init__(self, data: np.ndarray) -> None:
+        self.data = data
+        self.copied = False
+
+    def __array__(self, dtype=None, copy=None):
+        return np.array([object()], dtype=object)
+
+    def to_device(self, _device):
+        self.copied = True
+        return self.data
+
+
+def test_cuda_storage_is_copied_to_the_host_first():
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    view = _FakeCudaView(data)
+    out = to_host(view)
+    assert view.copied and out.dtype == np.float32 and np.array_equal(out, data)
+    assert to_host(data) is data  # arrays pass through
+
+
+def test_equal_infinities_compare_equal_and_nan_is_far():
+    a = np.array([-np.inf, 1.0, 2.0], np.float32)
+    assert max_abs_diff(a, a.copy()) == 0.0  # CUDA logits hold -inf: equal rows must compare equal
+    b = a.copy()
+    b[2] = 2.5
+    assert max_abs_diff(a, b) == 0.5
+    c = a.copy()
+    c[1] = np.nan
+    assert max_abs_diff(a, c) == np.inf
+    d = a.copy()
+    d[0] = 0.0
+    assert max_abs_diff(a, d) == np.inf  # -inf against a finite value
