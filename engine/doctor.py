@@ -20,7 +20,12 @@ def run_doctor(model: str | None, compute_type: str, threads: int, batch_decoder
     print(f"step API (prefill/forward_step/forward_batch): {'yes' if step else 'NO: speculative decoding unavailable'}")
     print(f"CPU compute types: {sorted(ctranslate2.get_supported_compute_types('cpu'))}")
     n_cuda = ctranslate2.get_cuda_device_count()
-    print(f"CUDA devices: {n_cuda}")
+    try:
+        cuda_types = sorted(ctranslate2.get_supported_compute_types("cuda")) if n_cuda else []
+    except (RuntimeError, ValueError):
+        cuda_types = []
+    build = "a CUDA build" if cuda_types else ("no CUDA device seen" if not n_cuda else "no CUDA support in this build")
+    print(f"CUDA devices: {n_cuda} ({build}{': ' + ', '.join(cuda_types) if cuda_types else ''})")
     print(f"kernel settings (part of the numerics; read once per process): {kernel_env()}")
     print(f"model cache: {model_store.models_dir()}")
     for entry in model_store.list_models():

@@ -45,3 +45,17 @@ def test_equal_infinities_compare_equal_and_nan_is_far():
     d = a.copy()
     d[0] = 0.0
     assert max_abs_diff(a, d) == np.inf  # -inf against a finite value
+
+
+def test_cuda_without_a_device_is_a_clear_error(base_model_dir, capsys):
+    import ctranslate2
+    import pytest
+
+    from specwhisper.cli import main
+
+    if ctranslate2.get_cuda_device_count() > 0:
+        pytest.skip("this machine has a CUDA device: the no-device error cannot be shown here")
+    assert main(["transcribe", "--model", str(base_model_dir), "--device", "cuda",
+                 str(base_model_dir / "config.json")]) == 2
+    err = capsys.readouterr().err
+    assert "CUDA" in err and "Traceback" not in err
