@@ -248,7 +248,8 @@ class LoadedModel:
 
     def _run_invariant_selftest(self, key: str, encoder_frames: int) -> SelfTestResult:
         """The invariant decoder's rows compared bitwise: 1-row steps against calls of 2..17 rows at
-        several offsets. Unavailable (no onnxruntime, a float compute type) counts as failed."""
+        several offsets, on random data and on speech. Unavailable (no onnxruntime or onnx, CUDA, a
+        16-bit compute type) counts as failed."""
         t0 = time.perf_counter()
         if self.device != "cpu" or not (self.compute_type.startswith("int8") or self.compute_type == "float32"):
             return SelfTestResult(None, None, False, {"invariant": f"not for {self.device} {self.compute_type}"},
@@ -294,21 +295,13 @@ class LoadedModel:
 
     def _measure_call_costs(self, sizes: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 17)) -> dict[int, float]:
         best = _call_seconds(self.decoder, self, sizes)
-        table, ceiling = {1: 1.0}, float("inf")
-        for n in sorted(sizes, reverse=True):
-            ceiling = min(ceiling, max(best[n] / best[1], 1.0))
-            table[n] = round(ceiling, 3)
-        return dict(sorted(table.items()))
+        return _monotone_costs(best, best[1], at_least=1.0)
 
     def _measure_invariant_costs(self, sizes: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 17)) -> dict[int, float]:
         """The invariant decoder's calls priced in the fork's 1-row steps (what single-row windows
         cost), both timed in turn; its own 1-row step is entry 1 and may be above or below 1.0."""
         ct2, inv = _interleaved_call_seconds((self.decoder, self.invariant_decoder()), self, sizes=sizes, rounds=3)
-        table, ceiling = {}, float("inf")
-        for n in sorted((1, *sizes), reverse=True):
-            ceiling = min(ceiling, inv[n] / ct2[1])
-            table[n] = round(ceiling, 3)
-        return dict(sorted(table.items()))
+        return _monotone_costs(inv, ct2[1])
 
     def _speech_window(self, encoder_frames: int):
         """The encoder output of the bundled sample's first seconds (``encoder_frames`` outputs) and a prompt."""
@@ -485,6 +478,16 @@ def _interleaved_call_seconds(models: tuple, lm: LoadedModel, sizes: tuple[int, 
             for n, t in _call_seconds(model, lm, sizes, trials=1).items():
                 b[n] = min(b[n], t)
     return best
+
+
+def _monotone_costs(seconds: dict[int, float], unit: float, at_least: float = 0.0) -> dict[int, float]:
+    """Call times by rows in units of ``unit`` seconds, each at least ``at_least``, a size never
+    counted dearer than a larger one (noise only adds time)."""
+    table, ceiling = {}, float("inf")
+    for n in sorted(seconds, reverse=True):
+        ceiling = min(ceiling, max(seconds[n] / unit, at_least))
+        table[n] = round(ceiling, 3)
+    return dict(sorted(table.items()))
 
 
 def _even(n: int, size: int) -> list[int]:

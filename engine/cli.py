@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 
 from . import __version__
+from .backend import BATCH_DECODERS
 from .errors import SpecWhisperError
 from .features import N_FRAMES
 
@@ -79,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--model", default=None, help="also load this model and run the batch-invariance self-test")
     doc.add_argument("--compute-type", default="int8")
     doc.add_argument("--threads", type=int, default=2)
-    doc.add_argument("--batch-decoder", default="auto", choices=["auto", "ct2", "invariant"])
+    doc.add_argument("--batch-decoder", default="auto", choices=BATCH_DECODERS)
 
     _add_optional_subcommands(sub)
     return parser
@@ -93,7 +94,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--decoder-threads", type=int, default=None,
                    help="threads of the decoder's calls (default: 1 unless --threads is clearly faster, measured once)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--batch-decoder", default="auto", choices=["auto", "ct2", "invariant"],
+    p.add_argument("--batch-decoder", default="auto", choices=BATCH_DECODERS,
                    help="what batch-invariant (speculated) windows decode on: auto = CTranslate2 where its "
                         "self-test passes, else the ONNX Runtime invariant decoder")
 

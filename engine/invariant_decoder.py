@@ -22,7 +22,7 @@ def _ort():
         import onnxruntime
     except ImportError:
         raise ModelError("the invariant decoder needs onnxruntime", where="python environment",
-                         hint="pip install 'specwhisper[invariant]'") from None
+                         hint="pip install onnxruntime onnx (dependencies of specwhisper on Linux x86_64)") from None
     return onnxruntime
 
 
@@ -72,12 +72,12 @@ class InvariantDecoder:
         self.compute_type = precision
 
     # --- the fork's step API -------------------------------------------------------------------
-    def prefill(self, encoder_output, prompt: Sequence[int], length: int | None = None):
+    def prefill(self, encoder_output, prompt: Sequence[int]):
         enc = np.asarray(encoder_output, dtype=np.float32)
         enc = np.ascontiguousarray(enc.reshape(-1, enc.shape[-1]))
         names = [o.name for o in self._cross.get_outputs()]
         cross = dict(zip(names, self._cross.run(names, {"encoder_output": enc})))
-        state = InvariantDecoderState(self.shape, length or self.shape.max_positions, cross)
+        state = InvariantDecoderState(self.shape, self.shape.max_positions, cross)
         logits = self._call(state, list(prompt))
         return state, logits[-1:]
 

@@ -48,7 +48,7 @@ def _onnx():
         from onnx import TensorProto, helper, numpy_helper
     except ImportError:
         raise ModelError("the invariant decoder needs onnx and onnxruntime", where="python environment",
-                         hint="pip install 'specwhisper[invariant]'") from None
+                         hint="pip install onnxruntime onnx (dependencies of specwhisper on Linux x86_64)") from None
     return onnx, TensorProto, helper, numpy_helper
 
 

@@ -412,8 +412,7 @@ class WhisperEngine:
             numerics, reason, window_policy = self._choose_numerics(run.opts, run.chain, run.policy,
                                                                     samples.size / SAMPLE_RATE)
             check = self._window_selftest(run.ctx_frames)
-            rows = (check.row_floor, check.row_ceiling or 17) if check else (None, 17)
-            if rows[0] is None and numerics == "batch-invariant":
+            if (check is None or check.row_floor is None) and numerics == "batch-invariant":
                 numerics, reason = "single-row", "no invariant row range for this encoder length"
             if numerics == "batch-invariant":
                 for drafter in run.chain.drafters:  # a draft model's encoder then runs beside the main one
@@ -437,8 +436,8 @@ class WhisperEngine:
             for attempt, temperature in enumerate(temperatures):
                 sampler = PositionSampler(temperature, run.opts.seed, index, attempt) if temperature else None
                 tokens, used = self._decode(encoder_output, prompt, numerics, run.chain, window_policy, context,
-                                            max_new, wstats, rows, run.guesser, gated=run.opts.numerics == "auto",
-                                            sampler=sampler, timestamps=run.timestamps, check=check)
+                                            max_new, wstats, check, run.guesser, gated=run.opts.numerics == "auto",
+                                            sampler=sampler, timestamps=run.timestamps)
                 if attempt + 1 == len(temperatures) or compression_ratio(
                         self.tokenizer.decode([t for t in tokens if t < eot])) <= run.opts.compression_ratio_threshold:
                     break
@@ -523,9 +522,9 @@ class WhisperEngine:
 
     def _decode(self, encoder_output, prompt: list[int], numerics: str, chain: DrafterChain,
                 policy: AdaptiveDraftLength | FixedDraftLength, context: WindowContext, max_new: int,
-                wstats: DecodeStats, rows: tuple[int | None, int], guesser: BigramGuesser,
+                wstats: DecodeStats, check: SelfTestResult | None, guesser: BigramGuesser,
                 gated: bool = False, sampler: PositionSampler | None = None,
-                timestamps: bool = False, check: SelfTestResult | None = None) -> tuple[list[int], str]:
+                timestamps: bool = False) -> tuple[list[int], str]:
         """The window's tokens and the numerics they were decoded in (``gated``: the policy chose
         the numerics, so the first-token gate may still turn the window single-row, unless the
         window runs on the invariant decoder, whose prefill single-row windows do not share)."""
@@ -545,8 +544,9 @@ class WhisperEngine:
             from .verifier import DecoderSession
 
             decoder = self.lm.batch_decoder(check) if numerics == "batch-invariant" else self.lm.decoder
-            session = DecoderSession(self.lm, encoder_output, prompt, numerics, row_floor=rows[0] or 2,
-                                     row_ceiling=rows[1], sampler=sampler,
+            session = DecoderSession(self.lm, encoder_output, prompt, numerics,
+                                     row_floor=(check.row_floor if check else None) or 2,
+                                     row_ceiling=(check.row_ceiling if check else None) or 17, sampler=sampler,
                                      rules=self._timestamp_rules if timestamps else None, decoder=decoder)
             tokens = decode_with_drafters(session, chain, policy, max_new, eot, wstats,
                                           map_then_bigram(self.tokenmap_drafter, guesser), gated)
