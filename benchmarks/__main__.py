@@ -9,7 +9,7 @@ from pathlib import Path
 
 from specwhisper.errors import SpecWhisperError
 
-from .data import SUITES, parse_limits
+from .data import HALVES, SUITES, parse_limits
 from .systems import SYSTEMS
 
 # Everything but fork-spec-draft (the fork's loop with a second model: slow on CPU, see README).
@@ -41,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--limit", action="append", default=None, metavar="N|SET=N",
                    help="at most N clips per set, spread over the manifest; repeat with SET=N for one set "
                         "(e.g. --limit 4 --limit longform=1)")
+    r.add_argument("--half", choices=HALVES, default=None,
+                   help="a fixed half of every set by voice: tune on one, report on the other (default: all)")
+    r.add_argument("--encoder", default="auto", choices=("auto", "ct2", "onnx"), help="our engine's encoder")
+    r.add_argument("--audio-ctx", default="full", help="our engine's encoder window on short clips (full, auto, N)")
     r.add_argument("--out", type=Path, default=Path("results"))
     r.add_argument("--threads", type=int, default=2)
     r.add_argument("--compute-type", default="int8")
@@ -80,7 +84,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     from .runner import RunOptions, run
 
     opts = RunOptions(suite=args.suite, model=args.model, systems=args.systems, repeat=args.repeat,
-                      limit=parse_limits(args.limit),
+                      limit=parse_limits(args.limit), half=args.half, encoder=args.encoder,
+                      audio_ctx=args.audio_ctx,
                       out=args.out, threads=args.threads, compute_type=args.compute_type, device=args.device,
                       draft=args.draft or None, spec_k=args.spec_k, data=args.data, baseline=args.baseline,
                       tokenmap_dir=args.tokenmap_dir, warmup=not args.no_warmup, results_md=args.results_md,

@@ -6,8 +6,10 @@ $SPECWHISPER_SHARED_DATA; nothing is ever copied into the repository.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +47,7 @@ class Clip:
     language: str = "en"
     kind: str = ""
     text_alt: tuple[str, ...] = ()  # accepted alternatives, e.g. the digit "7" for "seven"
+    speaker: str = ""  # the voice (a speaker, an espeak voice, or the clip itself where unknown)
 
 
 def shared_data_root(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -78,7 +81,8 @@ def load_set(name: str, root: Path) -> list[Clip]:
         clips.append(Clip(set=name, id=str(row.get("id") or Path(row["audio"]).stem or n), path=path,
                           rel=path.relative_to(root).as_posix(), text=row.get("text", ""),
                           duration_s=float(row.get("duration_s", 0.0)), language=row.get("lang") or "en",
-                          kind=row.get("kind", ""), text_alt=_alts(row.get("text_alt"))))
+                          kind=row.get("kind", ""), text_alt=_alts(row.get("text_alt")),
+                          speaker=_speaker(row)))
     return clips
 
 
@@ -86,6 +90,34 @@ def _alts(value: object) -> tuple[str, ...]:
     if not value:
         return ()
     return (str(value),) if isinstance(value, str) else tuple(str(v) for v in value)  # type: ignore[union-attr]
+
+
+def _speaker(row: dict) -> str:
+    """Who speaks: the manifest's speaker or voice; LibriSpeech's speaker id, LJ Speech's one reader,
+    a VCTK speaker or an FSDD speaker from the clip id; else the clip itself (a file of many voices)."""
+    if row.get("speaker") or row.get("voice"):
+        return str(row.get("speaker") or row.get("voice"))
+    ident = str(row.get("id") or Path(row["audio"]).stem)
+    for pattern in (r"^fsdd_\d+_([a-z]+)_", r"(?:^|_)(LJ)\d", r"^(p\d{3})_", r"(?:^|_)(\d+)-\d+-\d+$"):
+        if m := re.search(pattern, ident):
+            return m.group(1)
+    return ident
+
+
+HALVES = ("tune", "validate")
+
+
+def half(clips: list[Clip], which: str | None) -> list[Clip]:
+    """A fixed split of a set by voice, so that what is tuned on one half is reported on the other
+    (gains tuned on files we look at shrank on audio nobody tuned on): voices sorted by a hash of
+    their name and dealt alternately, ``tune`` the even ones. None: the whole set."""
+    if which is None:
+        return list(clips)
+    if which not in HALVES:
+        raise SpecWhisperError(f"unknown half {which!r}", where="--half", hint=f"use one of {', '.join(HALVES)}")
+    voices = sorted({c.speaker or c.id for c in clips}, key=lambda v: hashlib.sha1(v.encode()).hexdigest())
+    mine = set(voices[HALVES.index(which)::2])
+    return [c for c in clips if (c.speaker or c.id) in mine]
 
 
 def subset(clips: list[Clip], limit: int | None) -> list[Clip]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from specwhisper.errors import SpecWhisperError
 
-from .data import SUITES, Clip, limit_for, load_set, shared_data_root, subset
+from .data import SUITES, Clip, half, limit_for, load_set, shared_data_root, subset
 from .machine import command_line, machine_info, now_iso, versions
 from .metrics import summarise
 from .progress import Progress
@@ -46,6 +46,9 @@ class RunOptions:
     systems: list[str] = field(default_factory=lambda: list(SYSTEMS))
     repeat: int = 3
     limit: dict[str, int] = field(default_factory=dict)  # clips per set ("*": every other set)
+    half: str | None = None  # "tune" / "validate": a fixed half of every set, by voice (data.half)
+    encoder: str = "auto"  # our engine's encoder backend
+    audio_ctx: str = "full"  # our engine's encoder window on short clips ("auto": fitted to the clip)
     out: Path = Path("results")
     threads: int = 2
     compute_type: str = "int8"
@@ -149,6 +152,7 @@ class Run:
             "meta": {
                 "command": command_line(opts.argv), "started": now_iso(), "status": "running",
                 "suite": opts.suite, "systems": list(opts.systems), "repeat": opts.repeat, "limit": opts.limit,
+                "half": opts.half, "encoder": opts.encoder, "audio_ctx": opts.audio_ctx,
                 "config": {"model": opts.model, "compute_type": opts.compute_type, "device": opts.device,
                            "threads": opts.threads, "draft": opts.draft, "fork_spec_k": opts.spec_k},
                 "baseline": baseline, "decoder_baseline": decoder_baseline,
@@ -181,11 +185,13 @@ class Run:
     def execute(self, progress_stream=None) -> dict:
         opts = self.opts
         cfg = BenchConfig(model=opts.model, device=opts.device, compute_type=opts.compute_type,
-                          threads=opts.threads, draft=opts.draft, spec_k=opts.spec_k)
+                          threads=opts.threads, draft=opts.draft, spec_k=opts.spec_k, encoder=opts.encoder,
+                          audio_ctx=opts.audio_ctx)
         pool = EnginePool(cfg)
         peer = PeerHandle(opts.threads)
         systems = build_systems(opts.systems, pool, peer)
-        plan = {name: subset(load_set(name, self.root), limit_for(opts.limit, name)) for name in SUITES[opts.suite]}
+        plan = {name: subset(half(load_set(name, self.root), opts.half), limit_for(opts.limit, name))
+                for name in SUITES[opts.suite]}
         total = sum(len(c) for c in plan.values()) * len(systems) * opts.repeat
         progress = Progress(total, stream=progress_stream or sys.stderr)
         warm_clip = next(c for c in load_set(WARMUP_CLIP[0], self.root) if c.id == WARMUP_CLIP[1])

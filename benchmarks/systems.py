@@ -65,6 +65,8 @@ class BenchConfig:
     threads: int = 2
     draft: str | None = "tiny.en"
     spec_k: int = 4
+    encoder: str = "auto"
+    audio_ctx: str = "full"
 
 
 @dataclass
@@ -119,6 +121,8 @@ class EnginePool:
             return self.engines[key]
         kwargs: dict = {"device": self.config.device, "compute_type": self.config.compute_type,
                         "threads": self.config.threads}
+        if _explicit(WhisperEngine.__init__, "encoder"):
+            kwargs["encoder"] = self.config.encoder
         wanted = {"tokenmap": str(tokenmap) if tokenmap else None, "prompt_lookup": prompt_lookup,
                   "draft_model": draft_model}
         for name, value in wanted.items():
@@ -198,12 +202,14 @@ class EngineSystem:
     def run(self, clip: Clip, audio: np.ndarray, npy: Path) -> dict:
         eng = self.engine
         assert eng is not None
-        res = eng.transcribe(audio, language=clip.language, numerics=self.numerics, speculation=self.speculation)
+        res = eng.transcribe(audio, language=clip.language, numerics=self.numerics, speculation=self.speculation,
+                             audio_ctx=self.pool.config.audio_ctx)
         eot = eng.tokenizer.special.eot
         timings = dict(res.timings)
         timings["load_s"] = getattr(eng, "load_seconds", timings.get("load_s"))
         return {"text": res.text, "tokens": [t for t in res.tokens if t < eot], "timings": timings,
                 "stats": dict(res.stats), "numerics": res.numerics, "windows": len(res.windows),
+                "encoder": res.encoder, "audio_ctx": res.audio_ctx,
                 # per window, so that a clip decoded in mixed numerics can be checked window by window
                 "window_numerics": [w.numerics for w in res.windows],
                 "window_tokens": [[t for t in w.tokens if t < eot] for w in res.windows]}

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .encoders import choose_encoder
 from .errors import ModelError
 from .model_store import check_model_dir
 from .tokenizer import WhisperTokenizer
@@ -89,11 +90,14 @@ class LoadedModel:
     """A CT2 Whisper model plus what the decoding loop needs to know about it."""
 
     def __init__(self, model_dir: Path, device: str = "cpu", compute_type: str = "int8", threads: int = 2,
-                 device_index: int = 0, decoder_threads: int | None = None, batch_decoder: str = "auto") -> None:
+                 device_index: int = 0, decoder_threads: int | None = None, batch_decoder: str = "auto",
+                 encoder: str = "auto") -> None:
         """``decoder_threads``: threads of the decoder's calls; None chooses by measurement (see
         ``_choose_decoder_threads``). The encoder always uses ``threads``. ``batch_decoder``: what
         batch-invariant windows decode on: ``auto`` (the fork's kernels where its self-test passes,
-        else the invariant decoder), ``ct2`` or ``invariant`` (see ``SelfTestResult.decoder``)."""
+        else the invariant decoder), ``ct2`` or ``invariant`` (see ``SelfTestResult.decoder``).
+        ``encoder``: ``auto`` (the faster of CTranslate2's and the ONNX Runtime graph, measured once;
+        see ``encoders``), ``ct2`` or ``onnx``."""
         if batch_decoder not in BATCH_DECODERS:
             raise ModelError(f"unknown batch decoder {batch_decoder!r}", where="--batch-decoder",
                              hint=f"use one of {', '.join(BATCH_DECODERS)}")
@@ -130,6 +134,9 @@ class LoadedModel:
             self.decoder_threads, measured = self._choose_decoder_threads(decoder_threads)
             if self.decoder_threads != threads:
                 self.decoder = measured or self._load(self.decoder_threads)
+        self.encoder, self.encoder_choice = choose_encoder(
+            encoder, model=self.model, model_dir=model_dir, device=device, compute_type=self.compute_type,
+            threads=threads, n_mels=self.n_mels, cache_key=f"{self._selftest_key(threads=False)}|{threads}")
         self.load_seconds = time.perf_counter() - t0
 
     @property
@@ -159,7 +166,7 @@ class LoadedModel:
         if self.device != "cpu" or self.threads <= 1:
             return self.threads, None
         key = f"dthreads-v3|{self._selftest_key(threads=False)}|{self.threads}"
-        cached = _cache_get(key)
+        cached = cache_get(key)
         if isinstance(cached, int) and cached >= 1:
             return cached, None
         single = self._load(1)
@@ -172,15 +179,13 @@ class LoadedModel:
         cost_single, cost_many = (sum(t.values()) for t in _interleaved_call_seconds((single, self.model), self,
                                                                                     sizes=(3,)))
         chosen = 1 if cost_single <= 1.05 * cost_many else self.threads
-        _cache_put(key, chosen)
+        cache_put(key, chosen)
         return chosen, single if chosen == 1 else None
 
     # --- encoder and language --------------------------------------------------------------
     def encode(self, mel_window: np.ndarray):
-        """Encoder output for one window [n_mels, frames]; kept on the device for prefill."""
-        ct2 = _import_ct2()
-        features = ct2.StorageView.from_array(np.ascontiguousarray(mel_window[None], dtype=np.float32))
-        return self.model.encode(features, to_cpu=False)
+        """Encoder output for one window [n_mels, frames] from the chosen encoder (``encoder_choice``)."""
+        return self.encoder.encode(mel_window)
 
     def detect_language(self, encoder_output) -> tuple[str, float]:
         if not self.tokenizer.multilingual:
@@ -206,7 +211,7 @@ class LoadedModel:
         key = f"v4|{self._selftest_key()}|{self.batch_decoder_choice}|{_ort_version()}|{encoder_frames}"
         if use_cache:
             try:
-                self._selftests[encoder_frames] = SelfTestResult(**_cache_get(key))
+                self._selftests[encoder_frames] = SelfTestResult(**cache_get(key))
                 return self._selftests[encoder_frames]
             except TypeError:  # absent, or written by another version: measure again
                 pass
@@ -219,7 +224,7 @@ class LoadedModel:
             if ct2 is not None:
                 result = SelfTestResult(**{**asdict(result), "ct2_diffs": ct2.max_abs_diff_by_rows,
                                            "seconds": result.seconds + ct2.seconds})
-        _cache_put(key, asdict(result))
+        cache_put(key, asdict(result))
         self._selftests[encoder_frames] = result
         return result
 
@@ -282,7 +287,7 @@ class LoadedModel:
         """
         invariant = result is not None and result.decoder == "invariant"
         key = f"cost-v3|{self._selftest_key()}" + (f"|invariant|{_ort_version()}" if invariant else "")
-        cached = _cache_get(key) if use_cache else None
+        cached = cache_get(key) if use_cache else None
         if isinstance(cached, dict) and cached:
             return {int(k): float(v) for k, v in cached.items()}
         table = self._measure_invariant_costs() if invariant else self._measure_call_costs()
@@ -290,7 +295,7 @@ class LoadedModel:
             warnings.warn("decoder call costs could not be measured (the machine was busy): using the default "
                           "cost curve for this run", stacklevel=2)
             return None
-        _cache_put(key, {str(k): v for k, v in table.items()})
+        cache_put(key, {str(k): v for k, v in table.items()})
         return table
 
     def _measure_call_costs(self, sizes: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 17)) -> dict[int, float]:
@@ -537,13 +542,13 @@ def _selftest_cache_path() -> Path | None:
     return cache_dir() / "selftest.json"
 
 
-def _cache_get(key: str):
+def cache_get(key: str):
     """A value of the self-test cache (None when absent or the cache is off)."""
     cache = _selftest_cache_path()
     return _read_cache(cache).get(key) if cache is not None else None
 
 
-def _cache_put(key: str, value) -> None:
+def cache_put(key: str, value) -> None:
     cache = _selftest_cache_path()
     if cache is not None:
         data = _read_cache(cache)

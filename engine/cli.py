@@ -11,6 +11,7 @@ from pathlib import Path
 
 from . import __version__
 from .backend import BATCH_DECODERS
+from .encoders import ENCODERS
 from .errors import SpecWhisperError
 from .features import N_FRAMES
 
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--compute-type", default="int8")
     doc.add_argument("--threads", type=int, default=2)
     doc.add_argument("--batch-decoder", default="auto", choices=BATCH_DECODERS)
+    doc.add_argument("--encoder", default="auto", choices=ENCODERS)
 
     _add_optional_subcommands(sub)
     return parser
@@ -97,6 +99,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-decoder", default="auto", choices=BATCH_DECODERS,
                    help="what batch-invariant (speculated) windows decode on: auto = CTranslate2 where its "
                         "self-test passes, else the ONNX Runtime invariant decoder")
+    p.add_argument("--encoder", default="auto", choices=ENCODERS,
+                   help="auto = the faster of CTranslate2's encoder and an ONNX Runtime graph of the model's "
+                        "weights, measured once per machine and cached")
 
 
 def _add_optional_subcommands(sub) -> None:
@@ -155,7 +160,7 @@ def _dispatch(args) -> int:
     if args.command == "doctor":
         from .doctor import run_doctor
 
-        return run_doctor(args.model, args.compute_type, args.threads, args.batch_decoder)
+        return run_doctor(args.model, args.compute_type, args.threads, args.batch_decoder, args.encoder)
     if args.command == "convert":
         from specwhisper.converters.cli import run_convert
 
@@ -179,7 +184,8 @@ def _transcribe(args) -> int:
     engine = WhisperEngine(args.model, device=args.device, compute_type=args.compute_type, threads=args.threads,
                            tokenmap=args.tokenmap, learn=args.learn, prompt_lookup=args.prompt_lookup,
                            draft_model=args.draft_model, decoder_threads=args.decoder_threads,
-                           batch_decoder=getattr(args, "batch_decoder", "auto"))
+                           batch_decoder=getattr(args, "batch_decoder", "auto"),
+                           encoder=getattr(args, "encoder", "auto"))
     out_dir = args.output_dir or ("." if args.output_format != "txt" else None)
     failures = 0
     for path in args.audio:

@@ -9,7 +9,8 @@ import sys
 from . import __version__, model_store
 
 
-def run_doctor(model: str | None, compute_type: str, threads: int, batch_decoder: str = "auto") -> int:
+def run_doctor(model: str | None, compute_type: str, threads: int, batch_decoder: str = "auto",
+               encoder: str = "auto") -> int:
     import ctranslate2
 
     from .backend import kernel_env, step_api_available
@@ -34,7 +35,13 @@ def run_doctor(model: str | None, compute_type: str, threads: int, batch_decoder
         from .backend import LoadedModel
 
         lm = LoadedModel(model_store.resolve_model(model, prefer_int8=compute_type.startswith("int8")),
-                         compute_type=compute_type, threads=threads, batch_decoder=batch_decoder)
+                         compute_type=compute_type, threads=threads, batch_decoder=batch_decoder,
+                         encoder=encoder)
+        choice = lm.encoder_choice
+        timings = (f"; ct2 {choice.ct2_ms:.0f} ms, onnx {choice.onnx_ms:.0f} ms per 30 s window"
+                   if choice.ct2_ms is not None and choice.onnx_ms is not None else "")
+        drift = f"; onnx output off ct2's by {choice.relative_diff:.3f} (relative)" if choice.relative_diff else ""
+        print(f"encoder: {choice.name} ({choice.reason}{timings}{drift})")
         result = lm.selftest(use_cache=False)
         verdict = (f"rows {result.row_floor}..{result.row_ceiling} (every call of that many rows is bitwise invariant)"
                    if result.row_floor else "FAILED: speculation off")

@@ -137,6 +137,7 @@ class Result:
     row_ceiling: int | None = None
     batch_decoder: str = "ct2"
     contract: str = ""
+    encoder: str = "ct2"
     speculation_available: bool = True
     audio_ctx: int = N_FRAMES
     audio_ctx_fallback: str | None = None
@@ -174,6 +175,7 @@ class Result:
             "row_ceiling": self.row_ceiling,
             "batch_decoder": self.batch_decoder,
             "contract": self.contract,
+            "encoder": self.encoder,
             "speculation_available": self.speculation_available,
             "audio_ctx": self.audio_ctx,
             "audio_ctx_fallback": self.audio_ctx_fallback,
@@ -235,8 +237,10 @@ class WhisperEngine:
                  verify_cost: VerifyCost | None = None, selftest: bool = True,
                  decoder_threads: int | None = None, pipeline: bool = True,
                  draft_ahead: bool | None = None, loaded: LoadedModel | None = None,
-                 batch_decoder: str = "auto") -> None:
-        """``batch_decoder``: what batch-invariant windows decode on (``auto``: the fork's kernels
+                 batch_decoder: str = "auto", encoder: str = "auto") -> None:
+        """``encoder``: ``auto`` (CTranslate2's or the ONNX Runtime graph of the model's encoder,
+        whichever is faster here, measured once and cached), ``ct2`` or ``onnx`` (see ``encoders``).
+        ``batch_decoder``: what batch-invariant windows decode on (``auto``: the fork's kernels
         where its self-test passes, else the ONNX Runtime invariant decoder; ``ct2``; ``invariant``).
         ``draft_ahead``: run the draft model on its own thread ahead of the main decoder (default:
         on CPU where the decoder has an instance of its own, i.e. a core the decoder leaves idle).
@@ -254,7 +258,8 @@ class WhisperEngine:
         else:
             self.model_dir = resolve_model(model, prefer_int8=compute_type.startswith("int8"))
             self.lm = LoadedModel(self.model_dir, device=device, compute_type=compute_type, threads=threads,
-                                  decoder_threads=decoder_threads, batch_decoder=batch_decoder)
+                                  decoder_threads=decoder_threads, batch_decoder=batch_decoder,
+                                  encoder=encoder)
         self.tokenizer = self.lm.tokenizer
         # Cheap filler guesses learn from the outputs of one call (earlier windows of the same audio);
         # across calls only with learn=True, so that by default one file never speeds up another.
@@ -477,6 +482,7 @@ class WhisperEngine:
                       row_ceiling=self.row_ceiling, speculation_available=self.row_floor is not None,
                       batch_decoder=self.selftest_result.decoder if self.selftest_result else "ct2",
                       contract=self.selftest_result.contract if self.selftest_result else "none: no self-test",
+                      encoder=self.lm.encoder_choice.name,
                       audio_ctx=run.ctx_frames, temperature=run.opts.temperature, seed=run.opts.seed,
                       timestamps=run.timestamps)
 

@@ -66,15 +66,18 @@ def tiny_model_dir() -> Path:
     return _model_dir("tiny.en", "SPECWHISPER_TEST_TINY")
 
 
+# The shared engines run CTranslate2's own encoder: the oracle fixtures (faster-whisper greedy, made
+# with upstream CTranslate2's encoder) hold for its output. Engines that tests build themselves take
+# the default (``auto``: the ONNX Runtime encoder where it is faster); tests/test_encoders.py pins it.
 @pytest.fixture(scope="session")
 def base_engine(base_model_dir):
     from specwhisper import WhisperEngine
 
-    return WhisperEngine(base_model_dir, compute_type="int8", threads=2, prompt_lookup=False)
+    return WhisperEngine(base_model_dir, compute_type="int8", threads=2, prompt_lookup=False, encoder="ct2")
 
 
 @pytest.fixture(scope="session")
 def tiny_engine(tiny_model_dir):
     from specwhisper import WhisperEngine
 
-    return WhisperEngine(tiny_model_dir, compute_type="int8", threads=2, prompt_lookup=False)
+    return WhisperEngine(tiny_model_dir, compute_type="int8", threads=2, prompt_lookup=False, encoder="ct2")

@@ -20,8 +20,9 @@ def car_map(base_engine, shared_data, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def car_engine(base_model_dir, car_map):
-    return WhisperEngine(base_model_dir, threads=2, tokenmap=car_map, prompt_lookup=False)
+def car_engine(base_engine, car_map):
+    """On the oracle engine's model (its encoder too): the tokens compared come from one encoder output."""
+    return WhisperEngine(loaded=base_engine.lm, tokenmap=car_map, prompt_lookup=False)
 
 
 def test_token_map_is_exact_and_drafts_on_held_out_commands(car_engine, base_engine, shared_data):
@@ -45,10 +46,10 @@ def test_first_token_gate_keeps_a_map_that_does_not_fit_single_row(base_model_di
     have nothing to say after its first token; what it emits is single-row greedy's. Where
     batch-invariant windows run on the invariant decoder (its prefill is not the fork's), the
     window stays batch-invariant and emits that numerics' greedy tokens."""
-    command = WhisperEngine(base_model_dir, threads=2, tokenmap=car_map, prompt_lookup=False).transcribe(
+    command = WhisperEngine(loaded=base_engine.lm, tokenmap=car_map, prompt_lookup=False).transcribe(
         clips(shared_data, "car")[0]["path"], language="en")
     assert command.windows[0].numerics == "batch-invariant" and command.stats["verify_calls"] > 0
-    engine = WhisperEngine(base_model_dir, threads=2, tokenmap=car_map, prompt_lookup=False)
+    engine = WhisperEngine(loaded=base_engine.lm, tokenmap=car_map, prompt_lookup=False)
     speech = engine.transcribe(shared_data / "real/audio/jfk.flac", language="en")
     window = speech.windows[0]
     expected = "single-row" if engine.selftest_result.decoder == "ct2" else "batch-invariant"

@@ -1,0 +1,1 @@
+"""One-off studies whose findings go into a RESULTS file."""

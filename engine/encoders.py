@@ -1,0 +1,214 @@
+"""Encoder backends behind one small interface: ``encode(features) -> encoder output`` for ``prefill``.
+
+Two backends: the fork's CTranslate2 encoder, and an ONNX Runtime graph generated from the same
+model's weights (``encoder_graph``), which runs a 30 s window two to three times faster on CPU.
+``auto`` checks the graph against CTranslate2's encoder and times both once per machine, model,
+compute type and threads (cached beside the self-test), then keeps the faster. Why a choice and
+not a switch: the graph's int8 activations round like CTranslate2's (per row), not bit for bit, so
+its tokens are its own numerics (speculation stays exact within it; ``Result.encoder`` says which
+ran), and on a CPU without fast int8 the gain may vanish.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from .errors import ModelError
+
+ENCODERS = ("auto", "ct2", "onnx")
+CHOICE_VERSION = 1  # part of the cached choice's key
+# A graph whose output is further from CTranslate2's (mean |difference| over mean |output|) is broken:
+# base's per-row int8 graph is at 0.03 of CTranslate2's int8, CTranslate2's own int8 at 0.08 of its float32.
+MAX_RELATIVE_DIFF = 0.15
+
+
+class Encoder(Protocol):
+    name: str
+
+    def encode(self, features: np.ndarray):
+        """Encoder output for one window's features [n_mels, frames], in a form ``prefill`` takes."""
+
+
+class CT2Encoder:
+    """The fork's own encoder (on the model's device)."""
+
+    name = "ct2"
+
+    def __init__(self, model) -> None:
+        self._model = model
+
+    def encode(self, features: np.ndarray):
+        import ctranslate2
+
+        view = ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None], dtype=np.float32))
+        return self._model.encode(view, to_cpu=False)
+
+
+class OnnxEncoder:
+    """The model's encoder as an ONNX Runtime graph on the CPU (``threads`` intra-op threads)."""
+
+    name = "onnx"
+
+    def __init__(self, model_dir: Path, precision: str, threads: int) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise ModelError("the ONNX encoder needs onnxruntime", where="--encoder onnx",
+                             hint="pip install onnxruntime onnx, or use --encoder ct2") from None
+        self.precision = precision
+        self.path = graph_path(model_dir, precision)
+        if not self.path.is_file():
+            _build(model_dir, precision, self.path)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        # Idle pool threads would spin on the cores that the decoder (encoding runs ahead, beside it) needs.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            self._session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own types; a damaged cached file is rebuilt next time
+            self.path.unlink(missing_ok=True)
+            raise ModelError(f"ONNX Runtime cannot load the encoder graph: {exc}", where=str(self.path),
+                             hint="run again to rebuild it, or use --encoder ct2") from None
+
+    def encode(self, features: np.ndarray):
+        import ctranslate2
+
+        features = np.ascontiguousarray(features[None], dtype=np.float32)
+        return ctranslate2.StorageView.from_array(self._session.run(None, {"features": features})[0])
+
+
+def graph_path(model_dir: Path, precision: str) -> Path:
+    """Where the generated graph is kept: beside a model of the store, else in the cache (a user's
+    own model directory is not written to), named after the model file it was built from."""
+    from .encoder_graph import ENCODER_GRAPH_VERSION
+    from .model_store import cache_dir, models_dir
+
+    name = f"encoder-{precision}-g{ENCODER_GRAPH_VERSION}.onnx"
+    model_dir = model_dir.resolve()
+    if models_dir().resolve() in model_dir.parents:
+        return model_dir / name
+    stat = (model_dir / "model.bin").stat()
+    tag = hashlib.sha256(f"{model_dir}|{stat.st_size}|{int(stat.st_mtime)}".encode()).hexdigest()[:16]
+    return cache_dir() / "encoders" / tag / name
+
+
+def _build(model_dir: Path, precision: str, path: Path) -> None:
+    from .encoder_graph import build_encoder_graph
+    from .io_utils import atomic_write_bytes
+
+    atomic_write_bytes(path, build_encoder_graph(model_dir, precision))
+
+
+def onnx_precision(compute_type: str) -> str | None:
+    """The graph precision for a CTranslate2 compute type on the CPU (None: no graph for it)."""
+    if compute_type.startswith("int8"):
+        return "int8"
+    return "float32" if compute_type == "float32" else None
+
+
+@dataclass(frozen=True)
+class EncoderChoice:
+    """Which encoder runs and why; the timings (ms per 30 s window) and the graph's distance from
+    CTranslate2's output on the bundled sample where they were measured."""
+
+    name: str
+    reason: str
+    ct2_ms: float | None = None
+    onnx_ms: float | None = None
+    relative_diff: float | None = None
+
+
+def choose_encoder(choice: str, *, model, model_dir: Path, device: str, compute_type: str, threads: int,
+                   n_mels: int, cache_key: str, use_cache: bool = True) -> tuple[Encoder, EncoderChoice]:
+    """The encoder for ``choice`` (auto, ct2, onnx) and the record of how it was chosen.
+
+    ``model``: the loaded CTranslate2 model (its encoder, and the reference for the check).
+    Without onnxruntime or on a failed build, ``auto`` runs CTranslate2's encoder with a warning
+    saying why; ``onnx`` asked for explicitly is an error then."""
+    from .backend import cache_get, cache_put
+
+    if choice not in ENCODERS:
+        raise ModelError(f"unknown encoder {choice!r}", where="--encoder", hint=f"use one of {', '.join(ENCODERS)}")
+    ct2 = CT2Encoder(model)
+    if choice == "ct2":
+        return ct2, EncoderChoice("ct2", "asked for")
+    precision = onnx_precision(compute_type)
+    if device != "cpu" or precision is None:
+        why = f"no ONNX encoder for {device} {compute_type}"
+        if choice == "onnx":
+            raise ModelError(why, where="--encoder onnx", hint="use --encoder ct2 (or auto), or a CPU int8/float32 model")
+        return ct2, EncoderChoice("ct2", why)
+    key = f"encoder-v{CHOICE_VERSION}|{cache_key}|{_ort_tag()}|{precision}"
+    cached = cache_get(key) if use_cache else None
+    try:
+        onnx = OnnxEncoder(model_dir, precision, threads)
+        if isinstance(cached, dict):
+            record = EncoderChoice(**cached)
+        else:
+            record = _measure(ct2, onnx, n_mels, timed=choice == "auto")
+            cache_put(key, asdict(record))
+    except ModelError as exc:
+        if choice == "onnx":
+            raise
+        warnings.warn(f"ONNX encoder unavailable, using CTranslate2's: {exc.what}", stacklevel=3)
+        return ct2, EncoderChoice("ct2", f"ONNX encoder unavailable: {exc.what}")
+    if record.relative_diff is None or record.relative_diff > MAX_RELATIVE_DIFF:
+        message = (f"the ONNX encoder's output is {record.relative_diff} (relative) off CTranslate2's "
+                   f"on the bundled sample (limit {MAX_RELATIVE_DIFF})")
+        if choice == "onnx":
+            raise ModelError(message, where=str(onnx.path), hint="delete the file to rebuild it, or use --encoder ct2")
+        warnings.warn(f"{message}: using CTranslate2's encoder", stacklevel=3)
+        return ct2, EncoderChoice("ct2", message, record.ct2_ms, record.onnx_ms, record.relative_diff)
+    if choice == "onnx":
+        return onnx, EncoderChoice("onnx", "asked for", record.ct2_ms, record.onnx_ms, record.relative_diff)
+    if record.onnx_ms is None or record.ct2_ms is None:  # a record of an explicit run: time it now
+        record = _measure(ct2, onnx, n_mels, timed=True)
+        cache_put(key, asdict(record))
+    faster = onnx if record.onnx_ms < record.ct2_ms else ct2
+    reason = "the faster here (measured once, cached)"
+    return faster, EncoderChoice(faster.name, reason, record.ct2_ms, record.onnx_ms, record.relative_diff)
+
+
+def _measure(ct2: CT2Encoder, onnx: OnnxEncoder, n_mels: int, timed: bool, rounds: int = 3) -> EncoderChoice:
+    """The graph's output against CTranslate2's on the bundled sample (a full 30 s window), and
+    (``timed``) both encoders timed in turn, ``rounds`` each after a warm-up: medians in ms."""
+    from .audio import load_audio
+    from .backend import to_host
+    from .features import log_mel_spectrogram, window_features
+
+    audio = load_audio(Path(__file__).parent / "samples" / "morning.flac")
+    features = window_features(log_mel_spectrogram(audio, n_mels=n_mels), 0)
+    reference = to_host(ct2.encode(features))
+    output = to_host(onnx.encode(features))
+    if output.shape != reference.shape or not np.isfinite(output).all():
+        return EncoderChoice("ct2", f"ONNX encoder output of shape {output.shape}, not {reference.shape}, or not finite")
+    relative = float(np.abs(output - reference).mean() / max(float(np.abs(reference).mean()), 1e-12))
+    if not timed:
+        return EncoderChoice("onnx", "checked", relative_diff=round(relative, 5))
+    seconds: dict[str, list[float]] = {"ct2": [], "onnx": []}
+    for _ in range(rounds):
+        for encoder in (ct2, onnx):
+            t0 = time.perf_counter()
+            to_host(encoder.encode(features))
+            seconds[encoder.name].append(time.perf_counter() - t0)
+    ct2_ms, onnx_ms = (1000.0 * float(np.median(seconds[n])) for n in ("ct2", "onnx"))
+    return EncoderChoice("onnx" if onnx_ms < ct2_ms else "ct2", "measured", round(ct2_ms, 1), round(onnx_ms, 1),
+                         round(relative, 5))
+
+
+def _ort_tag() -> str:
+    from .encoder_graph import ENCODER_GRAPH_VERSION
+
+    try:
+        import onnxruntime
+    except ImportError:
+        return "no-ort"
+    return f"{onnxruntime.__version__}/e{ENCODER_GRAPH_VERSION}"

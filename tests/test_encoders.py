@@ -1,0 +1,137 @@
+"""Encoder backends: the ONNX Runtime graph built from the model's weights against CTranslate2's
+encoder, the choice between them, and exactness of speculation whichever encoder runs.
+
+The graph is the model's own weights in ONNX Runtime's fused operators: in float32 it must be
+CTranslate2's float32 encoder up to summation order (1e-3), in int8 (activations quantized per
+row, as CTranslate2 does) closer to CTranslate2's int8 than CTranslate2's own float32 is.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from adversarial import check_exact_under_adversaries
+from clips import representative
+from decoding import encode_clip
+
+pytest.importorskip("onnxruntime", reason="the ONNX encoder needs onnxruntime (a core dependency on Linux x86_64)")
+
+SAMPLE = Path(__file__).resolve().parents[1] / "engine" / "samples" / "morning.flac"
+
+
+def _features(n_mels: int = 80, frames: int = 3000) -> np.ndarray:
+    from specwhisper.audio import load_audio
+    from specwhisper.features import log_mel_spectrogram, window_features
+
+    return window_features(log_mel_spectrogram(load_audio(SAMPLE), n_mels=n_mels), 0, n_frames=frames)
+
+
+def _ct2(model_dir: Path, compute_type: str):
+    import ctranslate2
+
+    return ctranslate2.models.Whisper(str(model_dir), compute_type=compute_type, intra_threads=2)
+
+
+def _host(view) -> np.ndarray:
+    from specwhisper.backend import to_host
+
+    return np.asarray(to_host(view), dtype=np.float32)
+
+
+@pytest.mark.parametrize("frames", [3000, 400])
+def test_float32_graph_is_ct2s_float32_encoder(base_model_dir, frames):
+    """Same weights, same operations: only the summation order differs (also on a short window
+    of ``--audio-ctx``, where the position table is cut to the output length)."""
+    from specwhisper.encoders import CT2Encoder, OnnxEncoder
+
+    features = _features(frames=frames)
+    reference = _host(CT2Encoder(_ct2(base_model_dir, "float32")).encode(features))
+    output = _host(OnnxEncoder(base_model_dir, "float32", threads=2).encode(features))
+    assert output.shape == reference.shape == (1, frames // 2, 512)
+    assert np.abs(output - reference).max() < 2e-3
+
+
+def test_int8_graph_rounds_like_ct2s_int8(base_model_dir):
+    """Per-row activation quantization with CTranslate2's weight rows: nearer to its int8 encoder
+    than its float32 encoder is, and far nearer than one activation scale per call."""
+    from specwhisper.encoders import CT2Encoder, OnnxEncoder
+
+    features = _features()
+    ct2_int8 = _host(CT2Encoder(_ct2(base_model_dir, "int8")).encode(features))
+    ct2_float = _host(CT2Encoder(_ct2(base_model_dir, "float32")).encode(features))
+    onnx_int8 = _host(OnnxEncoder(base_model_dir, "int8", threads=2).encode(features))
+    onnx_tensor = _host(OnnxEncoder(base_model_dir, "int8-tensor", threads=2).encode(features))
+    own_spread = np.abs(ct2_float - ct2_int8).mean()
+    assert np.abs(onnx_int8 - ct2_int8).mean() < 0.6 * own_spread
+    assert np.abs(onnx_int8 - ct2_int8).mean() < 0.5 * np.abs(onnx_tensor - ct2_int8).mean()
+
+
+def _choose(model_dir: Path, choice: str, compute_type: str = "int8", device: str = "cpu", use_cache: bool = False):
+    from specwhisper.encoders import choose_encoder
+
+    model = _ct2(model_dir, "int8" if compute_type.startswith("int8") else "float32")
+    return choose_encoder(choice, model=model, model_dir=model_dir, device=device, compute_type=compute_type,
+                          threads=2, n_mels=80, cache_key=f"test|{model_dir}", use_cache=use_cache)
+
+
+def test_auto_keeps_the_faster_encoder_and_records_why(tiny_model_dir):
+    encoder, record = _choose(tiny_model_dir, "auto")
+    assert record.ct2_ms > 0 and record.onnx_ms > 0
+    assert record.relative_diff < 0.15
+    assert encoder.name == record.name == ("onnx" if record.onnx_ms < record.ct2_ms else "ct2")
+    assert _choose(tiny_model_dir, "ct2")[0].name == "ct2"
+    assert _choose(tiny_model_dir, "onnx")[0].name == "onnx"
+
+
+def test_no_graph_where_none_applies(tiny_model_dir):
+    from specwhisper.errors import ModelError
+
+    encoder, record = _choose(tiny_model_dir, "auto", compute_type="float16")
+    assert encoder.name == "ct2" and "no ONNX encoder" in record.reason
+    with pytest.raises(ModelError, match="no ONNX encoder"):
+        _choose(tiny_model_dir, "onnx", compute_type="float16")
+    with pytest.raises(ModelError, match="unknown encoder"):
+        _choose(tiny_model_dir, "fastest")
+
+
+def test_a_damaged_cached_graph_falls_back_then_is_rebuilt(tiny_model_dir, tmp_path, monkeypatch):
+    """A truncated graph file in the cache: ``auto`` says why and runs CTranslate2's encoder,
+    the file is removed, and the next load builds it again."""
+    from specwhisper.encoders import graph_path
+
+    monkeypatch.setenv("SPECWHISPER_NO_SELFTEST_CACHE", "1")
+    path = graph_path(tiny_model_dir, "int8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\x08\x07not a graph")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        encoder, record = _choose(tiny_model_dir, "auto")
+    assert encoder.name == "ct2" and "ONNX encoder unavailable" in record.reason
+    assert any("ONNX encoder unavailable" in str(w.message) for w in caught)
+    assert not path.exists()
+    assert _choose(tiny_model_dir, "onnx")[0].name == "onnx" and path.stat().st_size > 1_000_000
+
+
+@pytest.fixture(scope="module")
+def onnx_engine(base_model_dir):
+    from specwhisper import WhisperEngine
+
+    return WhisperEngine(base_model_dir, compute_type="int8", threads=2, prompt_lookup=False, encoder="onnx")
+
+
+def test_results_record_the_encoder(onnx_engine):
+    result = onnx_engine.transcribe(str(SAMPLE))
+    assert result.encoder == "onnx" and result.to_dict()["encoder"] == "onnx"
+    assert "kitchen light" in result.text
+
+
+def test_speculation_is_exact_on_the_onnx_encoder(onnx_engine, shared_data):
+    """Lossless holds per encoder: on the graph's encoder output, adversarial drafters change no
+    token against speculation off, and right drafts are accepted."""
+    for seed, clip in enumerate(representative(shared_data)[:6:2]):  # sentences
+        encoder_output, _ = encode_clip(onnx_engine, clip["path"])
+        check_exact_under_adversaries(onnx_engine, encoder_output, seed, clip["audio"])
