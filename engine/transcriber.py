@@ -414,9 +414,9 @@ class WhisperEngine:
         wstats = DecodeStats()
         with self.lm.lock:
             # Chosen before encoding, so that a draft model's encoder can run beside the main one.
-            numerics, reason, window_policy = self._choose_numerics(run.opts, run.chain, run.policy,
-                                                                    samples.size / SAMPLE_RATE)
             check = self._window_selftest(run.ctx_frames)
+            numerics, reason, window_policy = self._choose_numerics(run.opts, run.chain, run.policy,
+                                                                    samples.size / SAMPLE_RATE, check)
             if (check is None or check.row_floor is None) and numerics == "batch-invariant":
                 numerics, reason = "single-row", "no invariant row range for this encoder length"
             if numerics == "batch-invariant":
@@ -496,8 +496,12 @@ class WhisperEngine:
         return [self.tokenizer.special.sot_prev] + context[-(MAX_POSITIONS // 2 - 1):] + sot
 
     def _choose_numerics(self, opts: TranscribeOptions, chain: DrafterChain,
-                         policy: AdaptiveDraftLength | FixedDraftLength, window_s: float = 30.0):
+                         policy: AdaptiveDraftLength | FixedDraftLength, window_s: float = 30.0,
+                         check: SelfTestResult | None = None):
         """Numerics for the next window, why, and the draft-length policy it runs with.
+
+        Where the invariant decoder is ``preferred`` (faster than single-row), ``auto`` windows are
+        batch-invariant whatever the drafters expect: drafts are then free of any numerics cost.
 
         ``window_s``: the window's audio, which bounds the tokens its fixed costs spread over
         (about 4 a second at most in speech): a 1 s command cannot pay for a draft model."""
@@ -515,7 +519,10 @@ class WhisperEngine:
                     expected = max(expected, SPECULATE_MARGIN)
                     window_policy = policy if opts.draft_len is not None else FixedDraftLength(k)
                     draft.enabled = True
-        numerics, reason = choose_numerics(opts.numerics, opts.speculation, self.row_floor, bool(chain), expected)
+        if check is not None and check.preferred and check.row_floor is not None and opts.numerics == "auto":
+            numerics, reason = "batch-invariant", "the invariant decoder is faster than single-row here"
+        else:
+            numerics, reason = choose_numerics(opts.numerics, opts.speculation, self.row_floor, bool(chain), expected)
         if draft is not None and numerics != "batch-invariant":
             draft.enabled = False  # no draft encoder on windows that will not speculate
         return numerics, reason + note, window_policy

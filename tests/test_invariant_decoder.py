@@ -153,3 +153,42 @@ def test_speculation_on_a_cpu_without_avx512_kernels(base_model_dir, car_map, sh
         assert report["decoder"] == "invariant"
     assert report["changed"] == [], report["changed"]
     assert report["accepted"] > 0 and report["command_equal"] and report["command_accepted"] > 0, report
+
+
+def test_auto_prefers_the_invariant_decoder_only_where_it_is_faster(base_engine, shared_data):
+    """``auto`` takes the invariant decoder beside passing fork kernels exactly where its 1-row step
+    costs at most ``PREFER_INVARIANT_BELOW`` of theirs; then every ``auto`` window is
+    batch-invariant on it, and its text equals speculation off in those numerics."""
+    from specwhisper.backend import PREFER_INVARIANT_BELOW
+
+    result = base_engine.selftest_result
+    if result.decoder != "invariant":
+        pytest.skip(f"the fork's kernels are chosen here ({result.contract})")
+    costs = base_engine.lm.call_costs(result=result)
+    assert result.preferred == (costs is not None and costs[1] <= PREFER_INVARIANT_BELOW)
+    if not result.preferred:
+        pytest.skip("the invariant decoder runs here because the fork's kernels fail, not for speed")
+    path = shared_data / "real/audio/jfk.flac"
+    auto = base_engine.transcribe(path, language="en")
+    assert {w.numerics for w in auto.windows} == {"batch-invariant"} and auto.batch_decoder == "invariant"
+    assert "faster than single-row" in auto.windows[0].numerics_reason
+    off = base_engine.transcribe(path, language="en", speculation=False)
+    assert off.tokens == auto.tokens and off.numerics == "batch-invariant"
+
+
+def test_fork_kernels_pinned_stay_exact(base_model_dir, base_engine, shared_data):
+    """``--batch-decoder ct2`` keeps the fork's own kernels (where their self-test passes): the path
+    machines whose invariant decoder is slower take under ``auto``."""
+    from specwhisper import WhisperEngine
+
+    engine = WhisperEngine(base_model_dir, threads=2, prompt_lookup=False, encoder="ct2",
+                           batch_decoder="ct2")
+    if engine.row_floor is None:
+        pytest.skip("the fork's kernels are not batch-invariant on this CPU")
+    assert engine.selftest_result.decoder == "ct2" and not engine.selftest_result.preferred
+    eot = engine.tokenizer.special.eot
+    for seed, clip in enumerate(representative(shared_data)[:6:3]):
+        enc, _ = encode_clip(engine, clip["path"])
+        oracle, _ = decode(engine, enc, "batch-invariant")
+        for drafter, k in ((Oracle(oracle, eot, flip=True, seed=seed), 8), (RandomIds(seed, engine.lm.vocab_size), 3)):
+            assert decode(engine, enc, "batch-invariant", drafter, k=k)[0] == oracle, clip["audio"]
