@@ -1,6 +1,7 @@
 """The loaded CT2 Whisper model: load, capabilities, encoder, language detection, and the
-batch-invariance self-test. Only this module, ``verifier`` (the main model's decoder) and the
-draft-model drafter (its own small model) touch CTranslate2 objects.
+batch-invariance self-test. Only this module, ``encoders`` (CTranslate2's encoder beside the
+ONNX one), ``verifier`` (the main model's decoder) and the draft-model drafter (its own small
+model) touch CTranslate2 objects.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class SelfTestResult:
     windows run on: ``ct2`` (the fork's own kernels, invariant from ``row_floor`` rows on this
     machine) or ``invariant`` (the ONNX Runtime decoder of ``invariant_graph``, invariant by
     construction and checked here from 1 row: used where the fork's kernels are not, e.g. on CPUs
-    without AVX-512). ``ct2_diffs``: the fork's own comparisons when it was not used.
+    without AVX-512, and under ``auto`` where it is faster than they are). ``ct2_diffs``: the fork's own comparisons when it was not used.
     ``preferred``: the invariant decoder's 1-row step is faster than the fork's here, so every
     window decodes on it (``auto`` numerics is batch-invariant, with or without drafts).
     """
@@ -102,7 +103,8 @@ class LoadedModel:
         """``decoder_threads``: threads of the decoder's calls; None chooses by measurement (see
         ``_choose_decoder_threads``). The encoder always uses ``threads``. ``batch_decoder``: what
         batch-invariant windows decode on: ``auto`` (the fork's kernels where its self-test passes,
-        else the invariant decoder), ``ct2`` or ``invariant`` (see ``SelfTestResult.decoder``).
+        unless the invariant decoder is faster (``SelfTestResult.preferred``), else the invariant
+        decoder), ``ct2`` or ``invariant`` (see ``SelfTestResult.decoder``).
         ``encoder``: ``auto`` (the faster of CTranslate2's and the ONNX Runtime graph, measured once;
         see ``encoders``), ``ct2`` or ``onnx``."""
         if batch_decoder not in BATCH_DECODERS:
@@ -224,7 +226,7 @@ class LoadedModel:
                 return self._selftests[encoder_frames]
             except TypeError:  # absent, or written by another version: measure again
                 pass
-        result = None
+        result, measured = None, True
         if self.batch_decoder_choice != "invariant":
             result = self._run_selftest(key, encoder_frames, self.decoder)
         if self.batch_decoder_choice != "ct2" and (result is None or result.row_floor is None
@@ -232,26 +234,31 @@ class LoadedModel:
             ct2 = result
             invariant = self._run_invariant_selftest(key, encoder_frames)
             if invariant.row_floor is not None and self.batch_decoder_choice == "auto":
-                invariant = replace(invariant, preferred=self._invariant_is_faster(invariant))
+                faster = self._invariant_is_faster(invariant)
+                measured = faster is not None  # a machine too busy to price calls decides nothing for good
+                invariant = replace(invariant, preferred=bool(faster))
             if ct2 is None or ct2.row_floor is None or invariant.preferred:
                 result = invariant
                 if ct2 is not None:
                     result = replace(result, ct2_diffs=ct2.max_abs_diff_by_rows, seconds=result.seconds + ct2.seconds)
-        cache_put(key, asdict(result))
+        if measured:
+            cache_put(key, asdict(result))
         self._selftests[encoder_frames] = result
         return result
 
     def _invariant_may_be_faster(self) -> bool:
         """Whether the invariant decoder is worth trying beside passing fork kernels (``auto``, CPU)."""
-        return (self.batch_decoder_choice == "auto" and self.device == "cpu"
-                and (self.compute_type.startswith("int8") or self.compute_type == "float32"))
+        from .encoders import onnx_precision
 
-    def _invariant_is_faster(self, invariant: SelfTestResult) -> bool:
+        return self.batch_decoder_choice == "auto" and self.device == "cpu" and onnx_precision(self.compute_type) is not None
+
+    def _invariant_is_faster(self, invariant: SelfTestResult) -> bool | None:
         """The invariant decoder's 1-row step against the fork's, from its cost table (priced in the
-        fork's 1-row steps; measured once and cached). Measured on this project's AVX-512 EPYC,
-        base int8: 0.81 of the fork's step, and its prefill 29 vs 44 ms."""
+        fork's 1-row steps; measured once and cached); None where the machine was too busy to tell.
+        Measured on this project's AVX-512 EPYC, base int8: 0.81 of the fork's step, and its
+        prefill 29 vs 44 ms."""
         costs = self.call_costs(result=invariant)
-        return costs is not None and costs.get(1, 1.0) <= PREFER_INVARIANT_BELOW
+        return None if costs is None else costs.get(1, 1.0) <= PREFER_INVARIANT_BELOW
 
     def batch_decoder(self, result: SelfTestResult | None):
         """The decoder object that batch-invariant windows run on under ``result``."""

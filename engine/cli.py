@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "for json/srt/vtt)")
     t.add_argument("--no-speculation", action="store_true", help="plain greedy decoding (the exactness oracle)")
     t.add_argument("--numerics", default="auto", choices=["auto", "batch-invariant", "single-row"],
-                   help="auto: batch-invariant where drafting is expected to pay, else single-row (CT2 native)")
+                   help="auto: batch-invariant where drafting is expected to pay, else single-row (CT2 native); "
+                        "batch-invariant always where the invariant decoder is faster than single-row")
     t.add_argument("--tokenmap", default=None, help="n-gram token map built with 'specwhisper tokenmap build'")
     t.add_argument("--draft-len", type=int, default=None, help="fixed draft length K (default: cost model)")
     t.add_argument("--prompt-lookup", dest="prompt_lookup", action="store_true", default=True,
@@ -98,7 +99,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--batch-decoder", default="auto", choices=BATCH_DECODERS,
                    help="what batch-invariant (speculated) windows decode on: auto = CTranslate2 where its "
-                        "self-test passes, else the ONNX Runtime invariant decoder")
+                        "self-test passes, unless the ONNX Runtime invariant decoder is faster (then every "
+                        "window decodes on it), else the invariant decoder")
     p.add_argument("--encoder", default="auto", choices=ENCODERS,
                    help="auto = the faster of CTranslate2's encoder and an ONNX Runtime graph of the model's "
                         "weights, measured once per machine and cached")

@@ -139,8 +139,9 @@ def int8_linear(w: dict, prefix: str) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 def float_weight(w: dict, prefix: str) -> np.ndarray:
     weight = w[f"{prefix}/weight"]
-    if weight.dtype == np.int8:
-        return (weight.astype(np.float32) / w[f"{prefix}/weight_scale"][:, None]).astype(np.float32)
+    if weight.dtype == np.int8:  # one scale per output channel, also for a conv kernel [out, in, width]
+        scale = w[f"{prefix}/weight_scale"].reshape(-1, *([1] * (weight.ndim - 1)))
+        return (weight.astype(np.float32) / scale).astype(np.float32)
     return weight.astype(np.float32)
 
 

@@ -1,9 +1,10 @@
-"""Encode the next window while this one is decoded: the encoder and decoder are separate CT2 instances.
+"""Encode the next window while this one is decoded: the encoder and decoder are separate instances.
 
 On CPU the decoder runs on its own 1-thread instance (see ``LoadedModel``), so while it decodes
 window i a second core idles. Encoding window i + 1 on the encoder instance in that time hides part
 of the encoder, which dominates on CPU. Nothing numeric changes: each instance keeps its thread
-count, and CT2's kernels give the same bits whether or not the other instance is busy
+count, and the kernels (CTranslate2's or ONNX Runtime's encoder) give the same bits whether or not
+the other instance is busy
 (``tests/test_pipeline.py``). Multi-window audio only; a single window has nothing to overlap.
 """
 

@@ -241,7 +241,8 @@ class WhisperEngine:
         """``encoder``: ``auto`` (CTranslate2's or the ONNX Runtime graph of the model's encoder,
         whichever is faster here, measured once and cached), ``ct2`` or ``onnx`` (see ``encoders``).
         ``batch_decoder``: what batch-invariant windows decode on (``auto``: the fork's kernels
-        where its self-test passes, else the ONNX Runtime invariant decoder; ``ct2``; ``invariant``).
+        where its self-test passes unless the ONNX Runtime invariant decoder is faster, in which
+        case every window decodes on it, else the invariant decoder; ``ct2``; ``invariant``).
         ``draft_ahead``: run the draft model on its own thread ahead of the main decoder (default:
         on CPU where the decoder has an instance of its own, i.e. a core the decoder leaves idle).
         ``loaded``: the model of another engine, shared instead of loaded again (engines with other

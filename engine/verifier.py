@@ -3,13 +3,14 @@
 This is the only place that drives the step API. Two numerics:
 
 * ``single-row``: prefill the prompt, then 1-row steps, exactly as the fork's ``generate``
-  decodes greedily (the fastest greedy).
+  decodes greedily (its fastest greedy; where the invariant decoder's 1-row step is faster still,
+  ``auto`` windows are batch-invariant on it instead).
 * ``batch-invariant``: prefill the prompt, then every decoder call carries at least
   ``row_floor`` rows. The self-test shows that from that size on a token's logits are bitwise the
   same whatever the call's size and the token's row, so the emitted tokens cannot depend on what
   was drafted: drafts only decide how many tokens one call confirms. Where the fork's kernels
-  have no such floor (CPUs without AVX-512), the session drives the ONNX Runtime invariant
-  decoder instead (``invariant_decoder``: the same step API, floor 1).
+  have no such floor (CPUs without AVX-512), or where it is faster than they are, the session
+  drives the ONNX Runtime invariant decoder instead (``invariant_decoder``: the same step API, floor 1).
 
 With a ``PositionSampler`` the session samples instead (temperature > 0), and with
 ``TimestampRules`` it forbids malformed timestamps: either way each position's token is a fixed

@@ -70,6 +70,17 @@ def test_int8_graph_rounds_like_ct2s_int8(base_model_dir):
     assert np.abs(onnx_int8 - ct2_int8).mean() < 0.5 * np.abs(onnx_tensor - ct2_int8).mean()
 
 
+def test_int8_conv_kernels_dequantize_per_output_channel():
+    """CTranslate2's own converter may store the conv stem in int8 ([out, in, width], a scale per
+    output channel): each channel is divided by its own scale."""
+    from specwhisper.onnx_build import float_weight
+
+    q = np.random.default_rng(0).integers(-127, 128, size=(4, 3, 3)).astype(np.int8)
+    scale = np.array([1.0, 2.0, 4.0, 8.0], np.float32)
+    out = float_weight({"conv/weight": q, "conv/weight_scale": scale}, "conv")
+    assert out.shape == (4, 3, 3) and np.allclose(out, q.astype(np.float32) / scale[:, None, None])
+
+
 def _choose(model_dir: Path, choice: str, compute_type: str = "int8", device: str = "cpu", use_cache: bool = False):
     from specwhisper.encoders import choose_encoder
 
