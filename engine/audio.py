@@ -10,6 +10,7 @@ import numpy as np
 from .errors import AudioError
 
 SAMPLE_RATE = 16000
+BUNDLED_SAMPLE = Path(__file__).parent / "samples" / "morning.flac"  # the demo and the self-checks' speech
 _SOUNDFILE_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".aiff", ".aif", ".au", ".caf", ".w64", ".rf64"}
 
 AudioInput = str | Path | bytes | bytearray | np.ndarray

@@ -342,11 +342,9 @@ class LoadedModel:
 
     def _speech_window(self, encoder_frames: int):
         """The encoder output of the bundled sample's first seconds (``encoder_frames`` outputs) and a prompt."""
-        from .audio import load_audio
-        from .features import log_mel_spectrogram, window_features
+        from .features import bundled_sample_window
 
-        mel = log_mel_spectrogram(load_audio(Path(__file__).parent / "samples" / "morning.flac"), n_mels=self.n_mels)
-        features = window_features(mel, 0, n_frames=2 * encoder_frames)
+        features = bundled_sample_window(self.n_mels, n_frames=2 * encoder_frames)
         return self.encode(features), self.tokenizer.sot_sequence("en")
 
     def _random_window(self, encoder_frames: int):
@@ -439,13 +437,10 @@ def kernel_env() -> str:
 
 def _ort_version() -> str:
     """onnxruntime's version and the invariant graph's (both decide its numerics)."""
-    try:
-        import onnxruntime
-    except ImportError:
-        return "no-ort"
     from .invariant_graph import GRAPH_VERSION
+    from .onnx_build import ort_tag
 
-    return f"{onnxruntime.__version__}/g{GRAPH_VERSION}"
+    return ort_tag(f"g{GRAPH_VERSION}")
 
 
 def to_host(view) -> np.ndarray:

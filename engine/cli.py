@@ -10,12 +10,11 @@ import warnings
 from pathlib import Path
 
 from . import __version__
+from .audio import BUNDLED_SAMPLE
 from .backend import BATCH_DECODERS
 from .encoders import ENCODERS
 from .errors import SpecWhisperError
 from .features import N_FRAMES
-
-SAMPLE = Path(__file__).parent / "samples" / "morning.flac"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,7 +146,7 @@ def _dispatch(args) -> int:
     if args.command == "transcribe":
         return _transcribe(args)
     if args.command == "demo":
-        args.audio = [str(SAMPLE)]
+        args.audio = [str(BUNDLED_SAMPLE)]
         for name, value in (("language", None), ("task", "transcribe"), ("output_format", "txt"), ("output_dir", None),
                             ("no_speculation", False), ("numerics", "auto"), ("tokenmap", None), ("draft_len", None),
                             ("draft_model", None),

@@ -189,12 +189,10 @@ def choose_encoder(choice: str, *, model, model_dir: Path, device: str, compute_
 def _measure(ct2: CT2Encoder, onnx: OnnxEncoder, n_mels: int, timed: bool, rounds: int = 3) -> EncoderChoice:
     """The graph's output against CTranslate2's on the bundled sample (a full 30 s window), and
     (``timed``) both encoders timed in turn, ``rounds`` each after a warm-up: medians in ms."""
-    from .audio import load_audio
     from .backend import to_host
-    from .features import log_mel_spectrogram, window_features
+    from .features import bundled_sample_window
 
-    audio = load_audio(Path(__file__).parent / "samples" / "morning.flac")
-    features = window_features(log_mel_spectrogram(audio, n_mels=n_mels), 0)
+    features = bundled_sample_window(n_mels)
     reference = to_host(ct2.encode(features))
     output = to_host(onnx.encode(features))
     if output.shape != reference.shape or not np.isfinite(output).all():
@@ -215,9 +213,6 @@ def _measure(ct2: CT2Encoder, onnx: OnnxEncoder, n_mels: int, timed: bool, round
 
 def _ort_tag() -> str:
     from .encoder_graph import ENCODER_GRAPH_VERSION
+    from .onnx_build import ort_tag
 
-    try:
-        import onnxruntime
-    except ImportError:
-        return "no-ort"
-    return f"{onnxruntime.__version__}/e{ENCODER_GRAPH_VERSION}"
+    return ort_tag(f"e{ENCODER_GRAPH_VERSION}")

@@ -90,3 +90,11 @@ def short_window_features(audio: np.ndarray, frames: int, n_mels: int = 80) -> n
     padded = np.pad(np.asarray(audio, dtype=np.float32), (0, max(0, need - len(audio))))
     mel = log_mel_spectrogram(padded[:need], n_mels=n_mels)
     return np.ascontiguousarray(mel[:, :frames])
+
+
+def bundled_sample_window(n_mels: int, n_frames: int = N_FRAMES) -> np.ndarray:
+    """The first window of the bundled sample: the real speech the self-test and the encoder
+    check run on (a window of ``n_frames`` mel frames)."""
+    from .audio import BUNDLED_SAMPLE, load_audio
+
+    return window_features(log_mel_spectrogram(load_audio(BUNDLED_SAMPLE), n_mels=n_mels), 0, n_frames=n_frames)

@@ -16,6 +16,16 @@ from .errors import ModelError
 OPSET = 17
 
 
+def ort_tag(graph: str) -> str:
+    """onnxruntime's version and a graph's (``graph``, e.g. ``g1``): together they decide what a
+    graph computes and how fast, so cached self-tests and timings are keyed by both."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return "no-ort"
+    return f"{onnxruntime.__version__}/{graph}"
+
+
 def onnx_modules():
     try:
         import onnx

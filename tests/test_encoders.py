@@ -24,10 +24,9 @@ SAMPLE = Path(__file__).resolve().parents[1] / "engine" / "samples" / "morning.f
 
 
 def _features(n_mels: int = 80, frames: int = 3000) -> np.ndarray:
-    from specwhisper.audio import load_audio
-    from specwhisper.features import log_mel_spectrogram, window_features
+    from specwhisper.features import bundled_sample_window
 
-    return window_features(log_mel_spectrogram(load_audio(SAMPLE), n_mels=n_mels), 0, n_frames=frames)
+    return bundled_sample_window(n_mels, n_frames=frames)
 
 
 def _ct2(model_dir: Path, compute_type: str):
