@@ -244,7 +244,7 @@ class _Seek:
         frames = min(N_FRAMES, self.n - self.seek)
         split = split_window(ids, self.tb, self.eot, self.seek / 100, frames)
         self.seek += split.advance_frames
-        return [t for _, _, part in split.segments for t in part]
+        return [t for _, _, part, _ in split.segments for t in part]
 
 
 def _seeking_windows(mel: np.ndarray, tok, language: str):

@@ -9,5 +9,14 @@ __version__ = "0.1.0"
 
 from .errors import SpecWhisperError  # noqa: E402
 from .transcriber import Result, TranscribeOptions, WhisperEngine  # noqa: E402
+from .whisper_model import (  # noqa: E402  (faster-whisper's API, see whisper_model)
+    BatchedInferencePipeline,
+    WhisperModel,
+    available_models,
+    decode_audio,
+    download_model,
+    format_timestamp,
+)
 
-__all__ = ["Result", "SpecWhisperError", "TranscribeOptions", "WhisperEngine", "__version__"]
+__all__ = ["BatchedInferencePipeline", "Result", "SpecWhisperError", "TranscribeOptions", "WhisperEngine",
+           "WhisperModel", "__version__", "available_models", "decode_audio", "download_model", "format_timestamp"]

@@ -197,10 +197,13 @@ class LoadedModel:
         return self.encoder.encode(mel_window)
 
     def detect_language(self, encoder_output) -> tuple[str, float]:
+        return self.language_probs(encoder_output)[0]
+
+    def language_probs(self, encoder_output) -> list[tuple[str, float]]:
+        """Every language the model knows with its probability for this window, likeliest first."""
         if not self.tokenizer.multilingual:
-            return "en", 1.0
-        token, prob = self.model.detect_language(encoder_output)[0][0]
-        return token[2:-2], float(prob)
+            return [("en", 1.0)]
+        return [(token[2:-2], float(prob)) for token, prob in self.model.detect_language(encoder_output)[0]]
 
     @property
     def lock(self) -> threading.Lock:

@@ -38,3 +38,7 @@ class TokenMapError(SpecWhisperError):
 
 class NetworkError(ModelError):
     """A download was needed but no network (or hub) is reachable."""
+
+
+class OptionError(SpecWhisperError, ValueError):
+    """A bad option value: a ValueError too, as faster-whisper's callers expect."""

