@@ -169,7 +169,6 @@ class WindowResult:
     no_speech_prob: float | None = None
     compression_ratio: float = 0.0
     seek: int = 0  # the 10 ms frame the window started at
-    language: str | None = None
 
 
 @dataclass
@@ -312,10 +311,6 @@ class Transcription:
     def language_probs(self) -> list[tuple[str, float]] | None:
         return self.run.language_probs
 
-    @property
-    def duration_s(self) -> float:
-        return self.waveform.size / SAMPLE_RATE
-
     def __iter__(self) -> Iterator[WindowResult]:
         for window in self._windows:
             self.run.timings["total_s"] = time.perf_counter() - self._t_start
@@ -447,8 +442,7 @@ class WhisperEngine:
         if opts.language is not None:
             self.tokenizer.sot_sequence(opts.language, opts.task)  # validates the code for this model
         if opts.multilingual and not self.tokenizer.multilingual:
-            opts = TranscribeOptions(**{**_options_dict(opts), "language": opts.language, "task": opts.task,
-                                        "multilingual": False})
+            opts = replace(opts, multilingual=False)
         t_start = time.perf_counter()
         waveform = load_audio(audio)
         t_audio = time.perf_counter()
@@ -613,7 +607,8 @@ class WhisperEngine:
             attempt = self._decode_with_fallback(run, encoder_output, prompt, forced, sot_index, numerics,
                                                  window_policy, context, wstats, check)
             if attempt.numerics != numerics:
-                numerics, reason = attempt.numerics, f"{reason}, but {attempt.numerics}"
+                why = opts.generate_only or "no draft after the first token"
+                numerics, reason = attempt.numerics, f"{reason}, but {why}"
             if opts.thresholds.skip(attempt):
                 run.stats.merge(wstats)
                 return WindowResult(start / 100, end_frame / 100, "", [], "skipped",
@@ -625,7 +620,7 @@ class WhisperEngine:
         run.timings["decoder_s"] += wstats.prefill_s + wstats.steps_s
         window = self._window_result(run, attempt, start, end_frame, encoder_output, language)
         window.numerics, window.numerics_reason, window.stats = numerics, reason, wstats.to_dict()
-        if opts.condition_on_previous_text is False or attempt.temperature > opts.prompt_reset_on_temperature:
+        if not opts.condition_on_previous_text or attempt.temperature > opts.prompt_reset_on_temperature:
             run.reset_since = len(run.initial) + len(run.previous)
         return window
 
@@ -653,7 +648,7 @@ class WhisperEngine:
             run.tokens.extend(t for t in seg.tokens if t < eot)
         return WindowResult(start / 100, (start + advance) / 100, "".join(seg.text for seg in segments), emitted,
                             "", "", {}, segments, attempt.temperature, attempt.avg_logprob, attempt.no_speech_prob,
-                            attempt.compression_ratio, start, language)
+                            attempt.compression_ratio, start)
 
     def _add_words(self, run: _Run, segments: list[Segment], encoder_output, start: int, end_frame: int,
                    language: str, advance: int, single_ending: bool) -> int:
@@ -694,14 +689,14 @@ class WhisperEngine:
                 tokens, used, scores = self._decode(encoder_output, prompt, forced, sot_index, numerics, run.chain,
                                                     policy, context, wstats, check, run.guesser, run.opts,
                                                     sampler=sampler, timestamps=run.timestamps,
-                                                    need_scores=thresholds.need_scores or opts.scores or k > 0
+                                                    need_scores=thresholds.need_scores or opts.scores
                                                     or (temperature > 0 and opts.best_of > 1))
                 text = self.tokenizer.decode([t for t in forced + tokens if t < eot]).strip()
                 n = len([t for t in forced + tokens if t != eot])  # faster-whisper counts the prefix
                 avg = None if scores is None else scores[0] / (n + 1)
                 candidates.append(Attempt(forced + tokens, temperature, compression_ratio(text), avg,
                                           None if scores is None else scores[1], used))
-            attempt = max(candidates, key=lambda a: a.avg_logprob) if len(candidates) > 1 else candidates[0]
+            attempt = max(candidates, key=lambda a: a.avg_logprob)  # one candidate: no key is compared
             attempts.append(attempt)
             if not thresholds.failed(attempt):
                 return attempt
@@ -787,8 +782,7 @@ class WhisperEngine:
         max_new = context.max_new_tokens
         suppress = suppressed_ids(self.tokenizer, self.lm.suppress, opts.suppress_tokens)
         rules = self._rules(opts) if timestamps else None
-        why_generate = opts.generate_only or ("no step API in this CTranslate2 build" if numerics == "native" else None)
-        if why_generate or (numerics == "single-row" and timestamps and sampler is None and not forced):
+        if opts.generate_only or numerics == "native" or (numerics == "single-row" and timestamps and sampler is None and not forced):
             # CT2's own loop applies the same timestamp rules (tested token for token) without
             # copying each step's logits to Python: the fastest single-row greedy, as faster-whisper's.
             model = self.lm.decoder if self.lm.has_step_api else self.lm.model

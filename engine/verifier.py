@@ -51,7 +51,7 @@ class DecoderSession:
         self._sampler = sampler
         self._rules = rules
         self._prefix = [int(t) for t in prefix]
-        self._full_logits = sampler is not None or rules is not None or bool(self._prefix)
+        self._full_logits = sampler is not None or rules is not None  # the prefix matters to the rules only
         if decoder is None:
             decoder = lm.decoder_for(numerics, int(encoder_output.shape[1]))
         self._model = decoder
@@ -141,12 +141,9 @@ class DecoderSession:
         scores = np.concatenate(rows)
         first = len(self._prompt) - 1 - sot_index
         no_speech_id = self._lm.tokenizer.special.no_speech
-        no_speech = _softmax(scores[0].astype(np.float64))[no_speech_id] if no_speech_id is not None else 0.0
-        logprobs = []
-        for i, token in enumerate(tokens):
-            allowed = self._allowed(scores[first + i], tokens[:i], begin=i == 0).astype(np.float64)
-            top = allowed.max()
-            logprobs.append(float(allowed[token] - top - np.log(np.exp(allowed - top).sum())))
+        no_speech = np.exp(_log_softmax(scores[0])[no_speech_id]) if no_speech_id is not None else 0.0
+        logprobs = [float(_log_softmax(self._allowed(scores[first + i], tokens[:i], begin=i == 0))[token])
+                    for i, token in enumerate(tokens)]
         return logprobs, float(no_speech)
 
     def _suppressed(self, logits) -> np.ndarray:
@@ -196,6 +193,7 @@ class DecoderSession:
 
 
 
-def _softmax(row: np.ndarray) -> np.ndarray:
-    e = np.exp(row - row.max())
-    return e / e.sum()
+def _log_softmax(row: np.ndarray) -> np.ndarray:
+    row = row.astype(np.float64)
+    top = row.max()
+    return row - top - np.log(np.exp(row - top).sum())

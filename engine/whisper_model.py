@@ -194,6 +194,8 @@ class WhisperModel:
 
             pieces, _ = collect_chunks(waveform, get_speech_timestamps(waveform, vad_options_from(vad_parameters)))
             waveform = np.concatenate(pieces) if pieces else waveform
+        # Only the windows detection may read: no features of the rest are computed.
+        waveform = waveform[:language_detection_segments * 30 * SAMPLE_RATE]
         if not waveform.size:
             waveform = np.zeros(SAMPLE_RATE, np.float32)
         stream = self.engine.stream(waveform, None, language_detection_segments=language_detection_segments,
@@ -254,7 +256,7 @@ class BatchedInferencePipeline:
                                    hint="set vad_filter=True or pass clip_timestamps")
         temperatures = temperature[:1] if isinstance(temperature, (list, tuple)) else temperature
         local = dict(locals())
-        fw = {k: local[k] for k in _FW_NAMES if k in local}
+        fw = {k: local[k] for k in _FW_NAMES}
         fw.update(temperature=temperatures, condition_on_previous_text=False, clip_timestamps="0",
                   hallucination_silence_threshold=None, vad_filter=False, chunk_length=None)
         model = self.model
@@ -335,10 +337,7 @@ def _waveform(audio) -> np.ndarray:
 def _engine_options(fw: dict, extra: dict, log_progress: bool) -> dict:
     options = {k: v for k, v in fw.items() if k not in ("without_timestamps", "chunk_length", "vad_filter")}
     options["suppress_tokens"] = tuple(fw["suppress_tokens"]) if fw["suppress_tokens"] else None
-    options["clip_timestamps"] = fw["clip_timestamps"]
     options["timestamps"] = "off" if fw["without_timestamps"] else "on"
-    options["temperature"] = tuple(fw["temperature"]) if isinstance(fw["temperature"], (list, tuple)) \
-        else fw["temperature"]
     options["scores"] = True
     if log_progress:
         options["progress"] = _progress_printer()
