@@ -128,11 +128,11 @@ class TranscribeOptions:
     def thresholds(self) -> Thresholds:
         return Thresholds(self.compression_ratio_threshold, self.log_prob_threshold, self.no_speech_threshold)
 
-    @property
-    def generate_only(self) -> str | None:
-        """Why this call's windows must run CTranslate2's ``generate`` (an algorithm other than
-        greedy or sampling, which the verifier does not run), or None."""
-        if self.beam_size > 1:
+    def generate_only(self, temperature: float = 0.0) -> str | None:
+        """Why an attempt at ``temperature`` must run CTranslate2's ``generate`` (an algorithm
+        other than greedy or sampling, which the verifier does not run), or None. Beam search is
+        for greedy attempts only: faster-whisper samples fallback attempts with beam 1."""
+        if self.beam_size > 1 and temperature == 0:
             return f"beam search (beam_size={self.beam_size})"
         if self.repetition_penalty != 1.0 or self.no_repeat_ngram_size:
             return "repetition penalty or no_repeat_ngram_size"
@@ -607,7 +607,7 @@ class WhisperEngine:
             attempt = self._decode_with_fallback(run, encoder_output, prompt, forced, sot_index, numerics,
                                                  window_policy, context, wstats, check)
             if attempt.numerics != numerics:
-                why = opts.generate_only or "no draft after the first token"
+                why = opts.generate_only(attempt.temperature) or "no draft after the first token"
                 numerics, reason = attempt.numerics, f"{reason}, but {why}"
             if opts.thresholds.skip(attempt):
                 run.stats.merge(wstats)
@@ -782,7 +782,8 @@ class WhisperEngine:
         max_new = context.max_new_tokens
         suppress = suppressed_ids(self.tokenizer, self.lm.suppress, opts.suppress_tokens)
         rules = self._rules(opts) if timestamps else None
-        if opts.generate_only or numerics == "native" or (numerics == "single-row" and timestamps and sampler is None and not forced):
+        generate = opts.generate_only(sampler.temperature if sampler else 0.0) or numerics == "native"
+        if generate or (numerics == "single-row" and timestamps and sampler is None and not forced):
             # CT2's own loop applies the same timestamp rules (tested token for token) without
             # copying each step's logits to Python: the fastest single-row greedy, as faster-whisper's.
             model = self.lm.decoder if self.lm.has_step_api else self.lm.model
@@ -792,7 +793,8 @@ class WhisperEngine:
                 tokens = tokens[len(forced):]
             if len(tokens) < max_new:
                 tokens.append(eot)
-            used = "beam-search" if opts.beam_size > 1 else ("single-row" if numerics != "native" else numerics)
+            used = "beam-search" if opts.beam_size > 1 and sampler is None else \
+                ("single-row" if numerics != "native" else numerics)
             return tokens, used, scores
         from .verifier import DecoderSession
 
@@ -828,7 +830,8 @@ class WhisperEngine:
         t0 = time.perf_counter()
         sampling = {"beam_size": opts.beam_size, "patience": opts.patience}
         if sampler is not None:  # CT2's own sampler: reproducible per process, not per position
-            _import_ct2().set_random_seed(sampler.seed + sampler.window)
+            # each attempt and best_of candidate its own draw (attempt 0 keeps the seed it always had)
+            _import_ct2().set_random_seed(sampler.seed + sampler.window + 100_003 * sampler.attempt)
             sampling = {"beam_size": 1, "sampling_topk": 0, "sampling_temperature": sampler.temperature}
         max_length = MAX_POSITIONS if opts.max_new_tokens is None else len(prompt) + opts.max_new_tokens
         result = model.generate(encoder_output, [prompt], max_length=max_length,

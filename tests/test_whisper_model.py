@@ -62,6 +62,18 @@ def test_greedy_speculates_and_equals_greedy_without_drafts(model, jfk_path):
     assert [s.no_speech_prob for s in drafted] == [s.no_speech_prob for s in plain]
 
 
+def test_fallback_samples_with_beam_one_under_speculation(model, jfk_path):
+    """As faster-whisper, beam search is for the greedy attempt only: with beam_size=5 a sampled
+    attempt runs our seeded sampler (best_of candidates, each its own draw) and stays exact."""
+    kw = dict(beam_size=5, best_of=2, temperature=0.7, language="en", seed=5)
+    drafted, info = model.transcribe(jfk_path, **kw)
+    drafted = list(drafted)
+    assert info.specwhisper["numerics"] != "beam-search"
+    plain, _ = model.transcribe(jfk_path, speculation=False, numerics=info.specwhisper["numerics"], **kw)
+    assert [s.tokens for s in drafted] == [s.tokens for s in list(plain)]
+    assert all(s.temperature == 0.7 for s in drafted)
+
+
 def test_scores_match_ctranslate2_generate(base_model_dir, jfk_path):
     """avg_logprob and no_speech_prob from the scoring pass equal what faster-whisper reads from
     CTranslate2's generate for the same tokens (single-row greedy, CTranslate2's own kernels)."""
