@@ -86,6 +86,21 @@ def test_timestamped_speculation_is_exact_with_adversarial_drafters(base_engine,
         check_exact_under_adversaries(base_engine, enc, seed, f"{clip['audio']} with timestamps", timestamps=True)
 
 
+def test_prefix_and_own_suppression_are_exact_with_adversarial_drafters(base_engine, shared_data):
+    """faster-whisper's ``prefix`` (forced tokens the timestamp rules count as emitted) and a
+    ``suppress_tokens`` list of the caller's own: drafts still cannot change a token."""
+    tok = base_engine.tokenizer
+    clip = _longform(shared_data)[0]
+    enc = encode_window(base_engine, clip["path"], 0)
+    prefix = [tok.special.timestamp_begin] + tok.encode(" Mister")
+    suppress = sorted(set(base_engine.lm.suppress) | set(tok.encode(" the") + tok.encode(",")))
+    tokens = check_exact_under_adversaries(base_engine, enc, 7, f"{clip['audio']} with a prefix", timestamps=True,
+                                           prefix=prefix, suppress=suppress)
+    # the prefix opened the segment: the model goes on with text, and closes it with a timestamp
+    assert tokens and not set(tokens) & set(suppress) and tokens[0] < tok.special.eot
+    assert any(t >= tok.special.timestamp_begin for t in tokens)
+
+
 @pytest.fixture(scope="module")
 def ljspeech(shared_data) -> dict:
     return next(c for c in _longform(shared_data) if c["audio"].startswith("ljspeech"))
