@@ -9,8 +9,16 @@
   sentence clips in real/ for base and tiny.en, one file per vendor and vector ISA
   (``benchmarks.machine.kernel_class``: near-tie tokens differ between them; run it with
   ``ONEDNN_MAX_CPU_ISA=AVX2`` on an AMD CPU with AVX-512 for the AVX2 file).
+* ``fw_facade_<kernel class>.json``: faster-whisper's ``WhisperModel.transcribe`` segments (id, seek,
+  start, end, text, tokens, avg_logprob, no_speech_prob, compression_ratio, temperature) of the 7
+  sentence clips and the 2 long-form files with base-int8, greedy (``beam_size=1``), no VAD, its
+  defaults otherwise (timestamps, condition_on_previous_text, the temperature ladder), plus jfk with
+  ``word_timestamps=True`` (words' start, end, probability): what ``specwhisper.WhisperModel`` is
+  compared with in tests/test_fw_facade_parity.py (``--only facade``).
 
-Runs faster-whisper in the peer environment (``peer_env``), fed the samples our loader decoded.
+Runs faster-whisper in the peer environment (``peer_env``), fed the samples our loader decoded
+(the facade fixture: the file path, decoded by faster-whisper itself, as a user calls it; the
+samples are checked equal to our loader's).
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,7 +39,7 @@ from specwhisper.io_utils import atomic_write_bytes, atomic_write_text
 
 from .data import REPO, Clip, load_set, shared_data_root
 from .machine import cpu_vendor, kernel_class
-from .peer_env import PeerWorker
+from .peer_env import PeerWorker, ensure_peer_venv
 
 MEL_CLIPS = ("jfk", "librispeech_1272-128104-0001", "fsdd_0_george_7", "car_000")
 EXTRA_FRAMES = 50
@@ -41,6 +51,46 @@ MEL_CALL = ("features = FeatureExtractor(feature_size=N)(audio)  # padding=160 z
 FW_GREEDY_CALL = ("WhisperModel(model_dir, device='cpu', compute_type='int8', cpu_threads=2, num_workers=1)"
                   ".transcribe(audio, language='en', beam_size=1, temperature=0.0, without_timestamps=True, "
                   "vad_filter=False, condition_on_previous_text=False)")
+FW_FACADE_CALL = ("WhisperModel(model_dir, device='cpu', compute_type='int8', cpu_threads=2)"
+                  ".transcribe(path, language='en', beam_size=1, vad_filter=False)")
+FW_FACADE_WORDS_CLIPS = ("jfk",)  # also run with word_timestamps=True
+# Run by the peer venv's python (upstream ctranslate2 + faster-whisper; nothing of ours importable).
+# stdin: {"model", "threads", "clips": [{"id", "path", "npy", "word_timestamps"}]}; stdout: one JSON
+# line per run (two for a clip with a sampled window: the default run, then temperature=0.0).
+_FACADE_PEER = r"""
+import json, sys, time
+import numpy as np
+from faster_whisper import WhisperModel, decode_audio
+job = json.loads(sys.stdin.read())
+model = WhisperModel(job["model"], device="cpu", compute_type="int8", cpu_threads=job["threads"])
+
+def run(path, **options):
+    t0 = time.perf_counter()
+    segments, info = model.transcribe(path, language="en", beam_size=1, vad_filter=False, **options)
+    rows = []
+    for s in segments:
+        row = {"id": s.id, "seek": s.seek, "start": s.start, "end": s.end, "text": s.text,
+               "tokens": list(s.tokens), "avg_logprob": s.avg_logprob, "no_speech_prob": s.no_speech_prob,
+               "compression_ratio": s.compression_ratio, "temperature": s.temperature}
+        if s.words is not None:
+            row["words"] = [{"start": w.start, "end": w.end, "word": w.word, "probability": w.probability}
+                            for w in s.words]
+        rows.append(row)
+    return {"segments": rows, "seconds": time.perf_counter() - t0, "duration": info.duration}
+
+for clip in job["clips"]:
+    audio = decode_audio(clip["path"], sampling_rate=16000)
+    ours = np.load(clip["npy"])
+    same = audio.size == ours.size and bool(np.array_equal(audio, ours))
+    res = run(clip["path"], word_timestamps=clip["word_timestamps"])
+    print(json.dumps({"id": clip["id"], "options": {"word_timestamps": clip["word_timestamps"]}, **res,
+                      "samples_equal_our_loader": same}), flush=True)
+    if any(s["temperature"] > 0 for s in res["segments"]):  # sampled: also the deterministic greedy-only run
+        res = run(clip["path"], word_timestamps=clip["word_timestamps"], temperature=0.0)
+        print(json.dumps({"id": clip["id"], "options": {"word_timestamps": clip["word_timestamps"],
+                                                        "temperature": 0.0}, **res,
+                          "samples_equal_our_loader": same}), flush=True)
+"""
 
 
 def _save_npy(clip: Clip, into: Path) -> Path:
@@ -107,12 +157,70 @@ def make_fw_greedy(worker: PeerWorker, root: Path, tmp: Path, out: Path, models:
                              json.dumps(result, indent=1, ensure_ascii=False) + "\n")
 
 
+def facade_clips(root: Path) -> list[Clip]:
+    """The 7 sentence clips of real/, then the 2 long-form files (longform.flac and the 231 s LJ Speech passage)."""
+    return [c for c in load_set("real", root) if c.kind == "sentence"] + load_set("longform", root)
+
+
+def make_fw_facade(root: Path, tmp: Path, out: Path, model_dir: Path, versions: dict) -> Path:
+    jobs = []
+    for clip in facade_clips(root):
+        npy = str(_save_npy(clip, tmp))
+        jobs.append({"id": clip.id, "path": str(clip.path), "npy": npy, "word_timestamps": False})
+        if clip.id in FW_FACADE_WORDS_CLIPS:
+            jobs.append({"id": clip.id, "path": str(clip.path), "npy": npy, "word_timestamps": True})
+    rel = {c.id: c.rel for c in facade_clips(root)}
+    print(f"[fixtures] fw facade: {len(jobs)} runs in the peer environment", file=sys.stderr)
+    proc = subprocess.run([str(ensure_peer_venv()), "-c", _FACADE_PEER], capture_output=True, text=True,
+                          input=json.dumps({"model": str(model_dir), "threads": 2, "clips": jobs}),
+                          env=_peer_env(), check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"faster-whisper facade run failed:\n{proc.stderr[-2000:]}")
+    runs = []
+    for line in proc.stdout.splitlines():
+        res = json.loads(line)
+        if not res.pop("samples_equal_our_loader"):
+            raise RuntimeError(f"{res['id']}: faster_whisper.decode_audio differs from specwhisper.audio.load_audio")
+        print(f"[fixtures]   {res['id']} {res['options']}: {len(res['segments'])} segments, "
+              f"{res['seconds']:.1f} s", file=sys.stderr)
+        runs.append({"id": res["id"], "clip": rel[res["id"]], "options": res["options"],
+                     "duration": res["duration"], "fw_seconds": round(res["seconds"], 2),
+                     "segments": res["segments"]})
+    result = {"faster_whisper": versions["faster_whisper"], "ctranslate2": versions["ctranslate2"],
+              "call": FW_FACADE_CALL, "model_dir_name": model_dir.name, "cpu_vendor": cpu_vendor(),
+              "kernel_class": kernel_class(),
+              "note": "faster-whisper's defaults otherwise: without_timestamps=False, condition_on_previous_text="
+                      "True, temperature=(0.0, 0.2, ..., 1.0) with compression_ratio_threshold=2.4, "
+                      "log_prob_threshold=-1.0, no_speech_threshold=0.6, suppress_blank=True, suppress_tokens=[-1]. "
+                      "Runs with word_timestamps=True add words (start, end, word, probability). "
+                      "faster_whisper.decode_audio gave the very samples specwhisper.audio.load_audio gives. "
+                      "Windows decoded at a temperature above 0 are samples: faster-whisper does not seed "
+                      "CTranslate2's random generator, so they (and every window after them, whose seek and "
+                      "prompt follow from them) differ from run to run; each run with such a window is "
+                      "followed by a run of the same clip with temperature=0.0 (greedy only, deterministic).",
+              "runs": runs}
+    return atomic_write_text(out / f"fw_facade_{kernel_class()}.json",
+                             json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+
+
+def _peer_env() -> dict:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)  # never let the fork's ctranslate2 leak into the peer
+    return env
+
+
 def _model(arg: str | None, name: str) -> Path:
     if arg:
         return Path(arg)
     from specwhisper.model_store import resolve_model
 
     return resolve_model(name)
+
+
+def _base_int8() -> Path:
+    from specwhisper.model_store import resolve_model
+
+    return resolve_model("base", prefer_int8=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", help="CT2 directory of tiny.en (default: model store)")
     ap.add_argument("--data", help="shared corpus root (default: ../shared/data)")
     ap.add_argument("--out", default=str(REPO / "tests" / "fixtures"))
-    ap.add_argument("--only", choices=("mel", "greedy"), help="write one of the two fixtures")
+    ap.add_argument("--base-int8", help="CT2 int8 directory of base for the facade fixture (default: model store)")
+    ap.add_argument("--only", choices=("mel", "greedy", "facade"), help="write one of the fixtures")
     args = ap.parse_args(argv)
     root = shared_data_root(args.data)
     out = Path(args.out)
@@ -134,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "greedy"):
             models = {"base": _model(args.base, "base"), "tiny.en": _model(args.tiny, "tiny.en")}
             print(f"[fixtures] wrote {make_fw_greedy(worker, root, tmp, out, models, versions)}", file=sys.stderr)
+        if args.only in (None, "facade"):
+            model_dir = Path(args.base_int8) if args.base_int8 else _base_int8()
+            print(f"[fixtures] wrote {make_fw_facade(root, tmp, out, model_dir, versions)}", file=sys.stderr)
     return 0
 
 

@@ -81,6 +81,7 @@ class SelfTestResult:
     decoder: str = "ct2"
     ct2_diffs: dict | None = None
     preferred: bool = False
+    wide: bool = False  # the invariant decoder's rows are the same bits on its wide (2-thread) session
 
     @property
     def contract(self) -> str:
@@ -90,7 +91,9 @@ class SelfTestResult:
         if self.decoder == "invariant":
             return (f"bitwise: ONNX Runtime invariant decoder, calls of {self.row_floor}..{self.row_ceiling} rows "
                     "(row-wise quantization and attention of fixed length)"
-                    + ("; every window, its 1-row step being faster than CTranslate2's here" if self.preferred else ""))
+                    + ("; every window, its 1-row step being faster than CTranslate2's here" if self.preferred else "")
+                    + ("; rows alike on its 1- and 2-thread sessions (a window alone on the CPU runs on 2)"
+                       if self.wide else ""))
         return f"bitwise: CTranslate2 kernels, calls of {self.row_floor}..{self.row_ceiling} rows"
 
 
@@ -222,7 +225,7 @@ class LoadedModel:
         """
         if use_cache and encoder_frames in self._selftests:
             return self._selftests[encoder_frames]
-        key = f"v5|{self._selftest_key()}|{self.batch_decoder_choice}|{_ort_version()}|{encoder_frames}"
+        key = f"v6|{self._selftest_key()}|{self.batch_decoder_choice}|{_ort_version()}|{encoder_frames}"
         if use_cache:
             try:
                 self._selftests[encoder_frames] = SelfTestResult(**cache_get(key))
@@ -299,15 +302,19 @@ class LoadedModel:
         except ModelError as exc:
             return SelfTestResult(None, None, False, {"invariant": exc.what}, time.perf_counter() - t0, key,
                                   decoder="invariant")
-        diffs = {}
+        diffs, wide = {}, {}
         for speech in (False, True):
             run, n = self._selftest_runner(encoder_frames, model, speech=speech)
             reference = run([1] * n)
+            label = "speech " if speech else ""
             for chunks in ([17] + [1] * (n - 17), [2, 3, 4, 5, 6, 7, 3], [1, 12, 8, 9], [16, 14]):
-                diffs[("speech " if speech else "") + ",".join(map(str, chunks))] = max_abs_diff(run(chunks), reference)
+                diffs[label + ",".join(map(str, chunks))] = max_abs_diff(run(chunks), reference)
+            for chunks in ([1] * n, [3, 17, 1, 9]):
+                wide[f"{label}wide {','.join(map(str, chunks))}"] = max_abs_diff(run(chunks, wide=True), reference)
         ok = all(d == 0.0 for d in diffs.values())
-        return SelfTestResult(1 if ok else None, 17 if ok else None, False, diffs, time.perf_counter() - t0, key,
-                              decoder="invariant")
+        return SelfTestResult(1 if ok else None, 17 if ok else None, False, {**diffs, **wide},
+                              time.perf_counter() - t0, key, decoder="invariant",
+                              wide=ok and all(d == 0.0 for d in wide.values()))
 
     def call_costs(self, *, use_cache: bool = True, result: SelfTestResult | None = None) -> dict[int, float] | None:
         """Relative cost of one decoder call by rows (1 row = 1.0), measured once and cached.
@@ -375,14 +382,16 @@ class LoadedModel:
                                          self.model_dir.resolve(), stat.st_size, int(stat.st_mtime), kernel_env()))
 
     def _selftest_runner(self, encoder_frames: int, model, speech: bool = False):
-        """``run(chunks)``: one fixed token sequence decoded in calls of those sizes, all logits; and its length.
+        """``run(chunks)``: one fixed token sequence decoded in calls of those sizes, all logits; and its length
+        (``wide``: on the invariant decoder's wide session).
 
         On a random encoder output of the real shape, or (``speech``) on the bundled sample's."""
         encoder_output, prompt = self._speech_window(encoder_frames) if speech else self._random_window(encoder_frames)
         seq = (self.tokenizer.encode(_SELFTEST_TEXT) * 3)[:_SELFTEST_LEN]
 
-        def run(chunks: list[int]) -> np.ndarray:
-            state, _ = model.prefill(encoder_output, prompt)
+        def run(chunks: list[int], wide: bool = False) -> np.ndarray:
+            state, _ = model.prefill(encoder_output, prompt, wide=lambda: True) if wide else \
+                model.prefill(encoder_output, prompt)
             rows, i = [], 0
             for c in chunks:
                 if c == 1:

@@ -7,14 +7,20 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .audio import BUNDLED_SAMPLE
 from .backend import BATCH_DECODERS
+from .cli_fw import FwTranscript, Progress, add_fw_args, check_fw_options, transcribe_fw
 from .encoders import ENCODERS
 from .errors import SpecWhisperError
 from .features import N_FRAMES
+
+if TYPE_CHECKING:
+    from .transcriber import Result, WhisperEngine
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decode with timestamps: segments, and each window starts where the last complete "
                         "segment ended, so no speech is cut at a window edge (auto: on for audio over 30 s)")
     t.add_argument("--stats", action="store_true", help="print decoding stats (Ar, Al, calls) to stderr")
+    add_fw_args(t)
 
     d = sub.add_parser("demo", help="transcribe the bundled sample with the default model")
     _add_model_args(d)
@@ -153,7 +160,9 @@ def _dispatch(args) -> int:
                             ("prompt_lookup", True), ("learn", False), ("learn_save", None), ("stats", True),
                             ("condition_on_previous_text", False), ("initial_prompt", None),
                             ("audio_ctx", "full"), ("temperature", "0"), ("seed", 0),
-                            ("timestamps", "auto")):
+                            ("timestamps", "auto"), ("beam_size", 1), ("word_timestamps", False),
+                            ("vad", False), ("vad_threshold", None), ("vad_min_silence_ms", None),
+                            ("batch_size", None), ("max_line_width", None), ("max_words_per_line", None)):
             setattr(args, name, value)
         return _transcribe(args)
     if args.command == "models":
@@ -174,30 +183,23 @@ def _dispatch(args) -> int:
 
 
 def _transcribe(args) -> int:
-    from .transcriber import TranscribeOptions, WhisperEngine
+    from .transcriber import TranscribeOptions
     from .writers import write_result
 
     if args.learn_save and not args.learn:
         raise SpecWhisperError("--learn-save needs --learn", where="--learn-save", hint="add --learn")
     # per-call options are checked before the model loads: a typo costs no load time
+    cues = check_fw_options(args)
     TranscribeOptions(task=args.task, numerics=args.numerics, draft_len=args.draft_len, audio_ctx=args.audio_ctx,
-                      temperature=args.temperature, seed=args.seed, timestamps=args.timestamps)
-    engine = WhisperEngine(args.model, device=args.device, compute_type=args.compute_type, threads=args.threads,
-                           tokenmap=args.tokenmap, learn=args.learn, prompt_lookup=args.prompt_lookup,
-                           draft_model=args.draft_model, decoder_threads=args.decoder_threads,
-                           batch_decoder=getattr(args, "batch_decoder", "auto"),
-                           encoder=getattr(args, "encoder", "auto"))
+                      temperature=args.temperature, seed=args.seed, timestamps=args.timestamps,
+                      beam_size=args.beam_size, word_timestamps=args.word_timestamps)
+    engine, transcribe_file = _open(args)
     out_dir = args.output_dir or ("." if args.output_format != "txt" else None)
     failures = 0
     for path in args.audio:
         progress = _progress_printer(path) if sys.stderr.isatty() else None
         try:
-            result = engine.transcribe(path, language=args.language, task=args.task,
-                                       numerics=args.numerics, speculation=not args.no_speculation,
-                                       draft_len=args.draft_len, initial_prompt=args.initial_prompt,
-                                       condition_on_previous_text=args.condition_on_previous_text,
-                                       audio_ctx=args.audio_ctx, temperature=args.temperature, seed=args.seed,
-                                       timestamps=args.timestamps, progress=progress)
+            result = transcribe_file(path, progress)
         except SpecWhisperError as exc:
             failures += 1
             print(f"error: {exc.message()}", file=sys.stderr)
@@ -205,7 +207,7 @@ def _transcribe(args) -> int:
         if out_dir is None:
             print(result.text, flush=True)
         else:
-            written = write_result(result, path, out_dir, args.output_format)
+            written = write_result(result, path, out_dir, args.output_format, {"beam_size": args.beam_size}, cues)
             print(f"{path} -> {written}", file=sys.stderr)
             if args.output_format == "txt":
                 print(result.text, flush=True)
@@ -217,8 +219,42 @@ def _transcribe(args) -> int:
     return 1 if failures else 0
 
 
+def _open(args) -> tuple[WhisperEngine, Callable[[str, Progress], Result | FwTranscript]]:
+    """Load the model; returns the engine and how one file is transcribed: by the engine, or with
+    --vad / --batch-size by faster-whisper's API over it (``WhisperModel.transcribe(vad_filter=True)``,
+    ``BatchedInferencePipeline``), so that VAD and batching are exactly the facade's."""
+    from .transcriber import WhisperEngine
+
+    engine_options = dict(tokenmap=args.tokenmap, learn=args.learn, prompt_lookup=args.prompt_lookup,
+                          draft_model=args.draft_model, decoder_threads=args.decoder_threads,
+                          batch_decoder=getattr(args, "batch_decoder", "auto"),
+                          encoder=getattr(args, "encoder", "auto"))
+    if args.vad or args.batch_size is not None:
+        from .whisper_model import WhisperModel
+
+        model = WhisperModel(args.model, device=args.device, compute_type=args.compute_type,
+                             cpu_threads=args.threads, **engine_options)
+        return model.engine, lambda path, progress: transcribe_fw(model, path, args, progress)
+    engine = WhisperEngine(args.model, device=args.device, compute_type=args.compute_type, threads=args.threads,
+                           **engine_options)
+
+    def transcribe_file(path: str, progress: Progress) -> Result:
+        return engine.transcribe(path, language=args.language, task=args.task, numerics=args.numerics,
+                                 speculation=not args.no_speculation, draft_len=args.draft_len,
+                                 initial_prompt=args.initial_prompt,
+                                 condition_on_previous_text=args.condition_on_previous_text,
+                                 audio_ctx=args.audio_ctx, temperature=args.temperature, seed=args.seed,
+                                 timestamps=args.timestamps, beam_size=args.beam_size,
+                                 word_timestamps=args.word_timestamps, progress=progress)
+
+    return engine, transcribe_file
+
+
 def _print_stats(path: str, result) -> None:
     s, t = result.stats, result.timings
+    if not t:
+        print(f"[{Path(path).name}] no speech found: nothing decoded", file=sys.stderr)
+        return
     print(f"[{Path(path).name}] numerics={result.numerics} row_floor={result.row_floor} "
           f"tokens={s['tokens']} verify_calls={s['verify_calls']} steps={s['steps']} drafted={s['drafted']} "
           f"accepted={s['accepted']} Ar={s['acceptance_rate']:.2f} Al={s['mean_accepted_len']:.2f} "

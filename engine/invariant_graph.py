@@ -30,7 +30,7 @@ import numpy as np
 from .errors import ModelError
 from .onnx_build import GraphBuilder, float_weight, int8_linear, read_weights, serialize
 
-GRAPH_VERSION = 1  # part of the self-test's cache key: a changed graph is a changed numerics
+GRAPH_VERSION = 2  # part of the self-test's cache key: a changed graph is a changed numerics
 
 
 @dataclass(frozen=True)
@@ -88,10 +88,12 @@ def _cross_graph(w: dict, s: DecoderShape, dh: int, precision: str) -> bytes:
 
 
 def _step_graph(w: dict, s: DecoderShape, dh: int, precision: str) -> bytes:
-    """Inputs: tokens and positions [R], mask [R, P] (0 where a row may look, -inf elsewhere), per layer
+    """Inputs: tokens and positions [R], mask [R, P] (0 where a row may look, -inf elsewhere),
+    ``logit_rows`` [N] (the rows whose logits are wanted: a prompt's prefill needs its last row
+    only, and the output projection is the largest matmul of a row), per layer
     the cache's keys ``past_k_i`` [H, P, dh] and transposed values ``past_v_i`` [H, dh, P] (positions
     not yet decoded hold anything: they are masked), and the cross-attention ``cross_k_i`` [H, T, dh]
-    and ``cross_v_i`` [H, dh, T]. Outputs: ``logits`` [R, vocab] and the call's keys ``new_k_i``
+    and ``cross_v_i`` [H, dh, T]. Outputs: ``logits`` [N, vocab] and the call's keys ``new_k_i``
     [H, R, dh] and values ``new_v_i`` [H, dh, R], which the caller writes into its cache."""
     b = GraphBuilder(w, precision)
     tp, helper = b.tp, b.helper
@@ -114,7 +116,8 @@ def _step_graph(w: dict, s: DecoderShape, dh: int, precision: str) -> bytes:
                               b.op("Concat", [b.const(np.array([s.heads, dh], np.int64)), n_rows], axis=0)])
     inputs = [helper.make_tensor_value_info("tokens", tp.INT64, ["R"]),
               helper.make_tensor_value_info("positions", tp.INT64, ["R"]),
-              helper.make_tensor_value_info("mask", tp.FLOAT, ["R", "P"])]
+              helper.make_tensor_value_info("mask", tp.FLOAT, ["R", "P"]),
+              helper.make_tensor_value_info("logit_rows", tp.INT64, ["N"])]
     outputs = []
     for i in range(s.layers):
         p = f"decoder/layer_{i}"
@@ -146,9 +149,10 @@ def _step_graph(w: dict, s: DecoderShape, dh: int, precision: str) -> bytes:
                    helper.make_tensor_value_info(f"cross_v_{i}", tp.FLOAT, [s.heads, dh, "T"])]
         outputs += [helper.make_tensor_value_info(f"new_k_{i}", tp.FLOAT, [s.heads, "R", dh]),
                     helper.make_tensor_value_info(f"new_v_{i}", tp.FLOAT, [s.heads, dh, "R"])]
+    x = b.op("Gather", [x, "logit_rows"], axis=0)  # rows are computed alike, so picking them changes no bits
     h = b.layer_norm(x, w["decoder/layer_norm/gamma"], w["decoder/layer_norm/beta"])
     b.nodes.append(helper.make_node("Identity", [b.linear(h, "decoder/embeddings", bias=False)], ["logits"]))
-    outputs.insert(0, helper.make_tensor_value_info("logits", tp.FLOAT, ["R", s.vocab]))
+    outputs.insert(0, helper.make_tensor_value_info("logits", tp.FLOAT, ["N", s.vocab]))
     return serialize(b, helper.make_graph(b.nodes, "whisper_step", inputs, outputs, b.inits))
 
 

@@ -50,6 +50,10 @@ class EncoderAhead:
                     self._jobs[nxt] = self._pool.submit(self._timed, features)
                 return
 
+    def busy(self) -> bool:
+        """Whether an encoder runs ahead now (the decoder then leaves it the other cores)."""
+        return any(not job.done() for job in self._jobs.values())
+
     def _timed(self, features: np.ndarray) -> tuple[object, float]:
         t0 = time.perf_counter()
         output = self._encode(features)

@@ -279,6 +279,7 @@ class _Run:
     reset_since: int = 0  # where the prompt's previous text starts in initial + previous
     last_speech: float = 0.0  # the end of the last word timed (seconds)
     tail: list[int] = field(default_factory=list)  # the last window's incomplete segment (drafting only)
+    cpu_free: Callable[[], bool] | None = None  # whether nothing runs beside the decoder now (encoder ahead, draft model)
     tokens: list[int] = field(default_factory=list)
     windows: list[WindowResult] = field(default_factory=list)
     stats: DecodeStats = field(default_factory=DecodeStats)
@@ -596,6 +597,8 @@ class WhisperEngine:
                 language = self.lm.detect_language(encoder_output)[0]
                 run.timings["language_s"] += time.perf_counter() - t1
             ahead.start_after(index)  # the next window encodes while this one decodes
+            drafting_model = any(hasattr(d, "prepare") for d in run.chain.drafters)  # its thread runs beside
+            run.cpu_free = (lambda: False) if drafting_model else (lambda: not ahead.busy())
             previous = (run.initial + run.previous)[run.reset_since:]
             prompt, forced, sot_index = window_prompt(self.tokenizer, language, opts.task, previous, run.timestamps,
                                                       opts.prefix if start == 0 else None, opts.hotwords)
@@ -690,7 +693,8 @@ class WhisperEngine:
                                                     policy, context, wstats, check, run.guesser, run.opts,
                                                     sampler=sampler, timestamps=run.timestamps,
                                                     need_scores=thresholds.need_scores or opts.scores
-                                                    or (temperature > 0 and opts.best_of > 1))
+                                                    or (temperature > 0 and opts.best_of > 1),
+                                                    cpu_free=run.cpu_free)
                 text = self.tokenizer.decode([t for t in forced + tokens if t < eot]).strip()
                 n = len([t for t in forced + tokens if t != eot])  # faster-whisper counts the prefix
                 avg = None if scores is None else scores[0] / (n + 1)
@@ -772,12 +776,14 @@ class WhisperEngine:
                 chain: DrafterChain, policy: AdaptiveDraftLength | FixedDraftLength, context: WindowContext,
                 wstats: DecodeStats, check: SelfTestResult | None, guesser: BigramGuesser, opts: TranscribeOptions,
                 sampler: PositionSampler | None = None, timestamps: bool = False,
-                need_scores: bool = False) -> tuple[list[int], str, tuple[float, float] | None]:
+                need_scores: bool = False, cpu_free: Callable[[], bool] | None = None,
+                ) -> tuple[list[int], str, tuple[float, float] | None]:
         """The window's tokens after the prompt (EOT included where reached), the numerics they were
         decoded in, and with ``need_scores`` (sum of their log-probabilities, ``<|nospeech|>``
         probability). ``opts.numerics == "auto"``: the policy chose the numerics, so the first-token
         gate may still turn the window single-row, unless the window runs on the invariant decoder,
-        whose prefill single-row windows do not share."""
+        whose prefill single-row windows do not share. ``cpu_free``: whether nothing else runs
+        on the CPU now (see ``DecoderSession``'s ``wide``)."""
         eot = self.tokenizer.special.eot
         max_new = context.max_new_tokens
         suppress = suppressed_ids(self.tokenizer, self.lm.suppress, opts.suppress_tokens)
@@ -804,7 +810,8 @@ class WhisperEngine:
                                  row_floor=(check.row_floor if check else None) or 2,
                                  row_ceiling=(check.row_ceiling if check else None) or 17, sampler=sampler,
                                  rules=rules, decoder=decoder, prefix=forced, suppress=suppress,
-                                 suppress_blank=opts.suppress_blank)
+                                 suppress_blank=opts.suppress_blank, scores_from=sot_index if need_scores else None,
+                                 wide=cpu_free if check is not None and check.wide else None)
         tokens = decode_with_drafters(session, chain, policy, max_new, eot, wstats,
                                       map_then_bigram(self.tokenmap_drafter, guesser), opts.numerics == "auto")
         used = session.numerics

@@ -19,7 +19,7 @@ function of its logits, the tokens before it and the seed, so the same argument 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -37,7 +37,8 @@ class DecoderSession:
     def __init__(self, lm: LoadedModel, encoder_output, prompt: Sequence[int], numerics: Numerics,
                  row_floor: int = 2, row_ceiling: int = 17, sampler: PositionSampler | None = None,
                  rules: TimestampRules | None = None, decoder=None, prefix: Sequence[int] = (),
-                 suppress: Sequence[int] | None = None, suppress_blank: bool = True) -> None:
+                 suppress: Sequence[int] | None = None, suppress_blank: bool = True,
+                 scores_from: int | None = None, wide: Callable[[], bool] | None = None) -> None:
         """``sampler``: pick tokens by temperature sampling with noise fixed per position (see
         ``sampling``) instead of greedily. ``rules``: decode with timestamps (see ``timestamps``).
         Either needs each row's full logits on the host; exactness is unchanged. ``decoder``: the
@@ -46,15 +47,25 @@ class DecoderSession:
         where the self-test chose it). ``prefix``: the prompt's last tokens, forced text the window
         continues (faster-whisper's ``prefix``): the timestamp rules count them as emitted.
         ``suppress``: the ids never emitted (default: the model's); ``suppress_blank``: no blank
-        or EOT as the first token."""
+        or EOT as the first token. ``scores_from``: the prompt index of SOT where ``score`` will be
+        asked for: a decoder that brings every row's logits to the host anyway (the invariant
+        decoder) then records each emitted token's log-probability as it decodes, and reads
+        ``<|nospeech|>`` from its prefill, instead of a scoring pass afterwards. ``wide``: asked
+        before each call whether the CPU is free (the invariant decoder's call then runs on all its
+        threads; only where the self-test found its rows the same bits on either)."""
         self._lm = lm
         self._sampler = sampler
         self._rules = rules
         self._prefix = [int(t) for t in prefix]
-        self._full_logits = sampler is not None or rules is not None  # the prefix matters to the rules only
         if decoder is None:
             decoder = lm.decoder_for(numerics, int(encoder_output.shape[1]))
         self._model = decoder
+        self._sot_index = scores_from if hasattr(decoder, "prefill_rows") else None
+        self._wide = wide if hasattr(decoder, "prefill_rows") else None
+        self._logprobs: dict[int, float] = {}  # window position -> log-probability of its pick
+        self._no_speech: float | None = None
+        # the prefix matters to the rules only
+        self._full_logits = sampler is not None or rules is not None or self._sot_index is not None
         # Only the fork's decoder prefills alike for both numerics: a window begun on the invariant
         # decoder cannot turn single-row after its prefill.
         self.can_go_single_row = decoder is lm.decoder
@@ -75,8 +86,17 @@ class DecoderSession:
         call, then 1-row steps follow): on 40 of 40 read-speech clips this matched it, while feeding
         the prompt's last token as a 1-row step differed on 2 near-ties.
         """
-        self._state, logits = self._model.prefill(self._encoder_output, self._prompt)
-        return self._pick(logits, 0, [], begin=True)
+        if self._sot_index is None and self._wide is None:
+            self._state, logits = self._model.prefill(self._encoder_output, self._prompt)
+            return self._pick(logits, 0, [], begin=True)
+        last = len(self._prompt) - 1
+        self._state, logits = self._model.prefill_rows(self._encoder_output, self._prompt,
+                                                       [last if self._sot_index is None else self._sot_index, last],
+                                                       wide=self._wide)
+        if self._sot_index is None:
+            return self._pick(logits[1], 0, [], begin=True)
+        self._no_speech = self._no_speech_prob(to_host(logits)[0])
+        return self._pick(logits[1], 0, [], begin=True)
 
     def step(self, history: Sequence[int]) -> int:
         """Feed ``history[-1]`` (the window's tokens so far) in a 1-row call; return the next token."""
@@ -107,7 +127,10 @@ class DecoderSession:
     def _pick(self, logits, position: int, emitted: Sequence[int], begin: bool = False) -> int:
         """The token of one row: greedy's or the sampler's choice among what the rules allow."""
         scores = self._allowed(logits, emitted, begin)
-        return int(scores.argmax()) if self._sampler is None else self._sampler.pick(scores, position)
+        token = int(scores.argmax()) if self._sampler is None else self._sampler.pick(scores, position)
+        if self._sot_index is not None:
+            self._logprobs[position] = _token_logprob(scores, token)
+        return token
 
     def _allowed(self, logits, emitted: Sequence[int], begin: bool) -> np.ndarray:
         """One row's logits with what may not follow ``emitted`` at -inf: suppressed ids, blanks
@@ -126,7 +149,11 @@ class DecoderSession:
         Computed afterwards from the tokens alone, in calls of at most ``row_ceiling`` rows on
         the window's own state (rolled back to SOT, so the encoder's keys are not computed again):
         a fixed function of the tokens, hence the same with any drafter (faster-whisper's
-        ``avg_logprob`` and ``no_speech_prob``, which decide its fallback and silence skips)."""
+        ``avg_logprob`` and ``no_speech_prob``, which decide its fallback and silence skips).
+        Where they were recorded while decoding (``scores_from``), those are returned: on the
+        invariant decoder a row's logits are the same bits in any call, so they are equal."""
+        if self._no_speech is not None and all(i in self._logprobs for i in range(len(tokens))):
+            return [self._logprobs[i] for i in range(len(tokens))], self._no_speech
         state, rows, start = self._state, [], sot_index
         if sot_index == 0 and not getattr(self._model, "rewinds_to_start", False):
             # The fork's state keeps its first position: SOT's own row comes from a prefill of it.
@@ -140,11 +167,13 @@ class DecoderSession:
             rows.append(np.asarray(logits, dtype=np.float32).reshape(-1, self._vocab))
         scores = np.concatenate(rows)
         first = len(self._prompt) - 1 - sot_index
-        no_speech_id = self._lm.tokenizer.special.no_speech
-        no_speech = np.exp(_log_softmax(scores[0])[no_speech_id]) if no_speech_id is not None else 0.0
-        logprobs = [float(_log_softmax(self._allowed(scores[first + i], tokens[:i], begin=i == 0))[token])
+        logprobs = [_token_logprob(self._allowed(scores[first + i], tokens[:i], begin=i == 0), token)
                     for i, token in enumerate(tokens)]
-        return logprobs, float(no_speech)
+        return logprobs, self._no_speech_prob(scores[0])
+
+    def _no_speech_prob(self, sot_row: np.ndarray) -> float:
+        no_speech_id = self._lm.tokenizer.special.no_speech
+        return float(np.exp(_token_logprob(sot_row, no_speech_id))) if no_speech_id is not None else 0.0
 
     def _suppressed(self, logits) -> np.ndarray:
         """One row of logits as float32 with the suppressed ids at -inf (a copy)."""
@@ -193,7 +222,9 @@ class DecoderSession:
 
 
 
-def _log_softmax(row: np.ndarray) -> np.ndarray:
-    row = row.astype(np.float64)
+def _token_logprob(row: np.ndarray, token: int) -> float:
+    """log softmax(row)[token] in float64 (the same operations wherever a row is scored, so
+    recorded and recomputed scores agree bit for bit)."""
+    row = np.asarray(row, dtype=np.float64).reshape(-1)
     top = row.max()
-    return row - top - np.log(np.exp(row - top).sum())
+    return float(row[token] - top - np.log(np.exp(row - top).sum()))

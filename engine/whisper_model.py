@@ -269,22 +269,19 @@ class BatchedInferencePipeline:
         info = TranscriptionInfo(info_language or "en", probability, waveform.size / SAMPLE_RATE,
                                  sum(b - a for a, b in spans), probs, _recorded(fw, specwhisper_options), vad_options)
 
-        def chunks() -> Iterator[Segment]:
-            number = 0
-            for start, end in spans:
-                piece = waveform[int(start * SAMPLE_RATE):int(end * SAMPLE_RATE)]
-                if not piece.size:
-                    continue
-                segments, _ = model.transcribe(piece, info.language, task, **{**fw, **specwhisper_options})
-                for seg in segments:
-                    number += 1
-                    seg.id, seg.seek = number, int(start * 100)
-                    seg.start, seg.end = round(seg.start + start, 3), round(seg.end + start, 3)
-                    for word in seg.words or []:
-                        word.start, word.end = round(word.start + start, 3), round(word.end + start, 3)
-                    yield seg
+        if not spans:
+            return iter(()), info
+        # One run over the chunks as clips: each chunk is its own window with no previous text (so
+        # its tokens do not depend on its neighbours or on batch_size), and the next chunk's
+        # encoder runs beside this one's decoder.
+        fw.update(clip_timestamps=[t for span in spans for t in span])
+        segments, run_info = model.transcribe(waveform, info.language, task, **{**fw, **specwhisper_options})
 
-        return chunks(), info
+        def with_stats() -> Iterator[Segment]:
+            yield from segments
+            info.specwhisper = run_info.specwhisper
+
+        return with_stats(), info
 
 
 _FW_NAMES = ("beam_size", "best_of", "patience", "length_penalty", "repetition_penalty", "no_repeat_ngram_size",

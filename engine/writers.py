@@ -1,14 +1,48 @@
-"""Output files (txt, json, srt, vtt), each written atomically."""
+"""Output files (txt, json, srt, vtt), each written atomically.
+
+srt/vtt cues are the transcript's segments; with word timings, ``CueOptions`` cuts and wraps them
+by words as openai-whisper's ``--max_words_per_line`` / ``--max_line_width`` do (without its
+``--max_line_count`` and ``--highlight_words``).
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from .io_utils import atomic_write_text
-from .transcriber import Result
+from .transcriber import Segment
+from .word_timestamps import Word
 
 FORMATS = ("txt", "json", "srt", "vtt")
+
+
+class Transcript(Protocol):
+    """What the writers read: a ``Result``, or the CLI's transcript of faster-whisper's API."""
+
+    text: str
+
+    @property
+    def segments(self) -> list[Segment]: ...
+
+    def to_dict(self) -> dict: ...
+
+
+@dataclass(frozen=True)
+class CueOptions:
+    """How srt/vtt cues are cut from word timings. ``max_words_per_line``: a cue holds at most this
+    many words of one segment; ``max_line_width``: a cue's lines break before a word that would
+    make them longer than this many characters (a longer word gets a line of its own)."""
+
+    max_line_width: int | None = None
+    max_words_per_line: int | None = None
+
+    @property
+    def by_words(self) -> bool:
+        return self.max_line_width is not None or self.max_words_per_line is not None
 
 
 def _timestamp(seconds: float, sep: str) -> str:
@@ -19,26 +53,70 @@ def _timestamp(seconds: float, sep: str) -> str:
     return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
 
 
-def render(result: Result, fmt: str, extra: dict | None = None) -> str:
+def render(result: Transcript, fmt: str, extra: dict | None = None, cues: CueOptions | None = None) -> str:
     if fmt == "txt":
         return result.text + "\n"
     if fmt == "json":
         data = result.to_dict()
+        data["segments"] = [segment_dict(s) for s in result.segments]
         if extra:
             data.update(extra)
         return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
-    cues = [s for s in result.segments if s.text.strip()]  # timestamped segments, or whole windows
+    timed = list(iter_cues(result.segments, cues or CueOptions()))
     if fmt == "srt":
-        return "".join(f"{i}\n{_timestamp(c.start_s, ',')} --> {_timestamp(c.end_s, ',')}\n{c.text.strip()}\n\n"
-                       for i, c in enumerate(cues, 1))
+        return "".join(f"{i}\n{_timestamp(a, ',')} --> {_timestamp(b, ',')}\n{text}\n\n"
+                       for i, (a, b, text) in enumerate(timed, 1))
     if fmt == "vtt":
-        return "WEBVTT\n\n" + "".join(f"{_timestamp(c.start_s, '.')} --> {_timestamp(c.end_s, '.')}\n{c.text.strip()}\n\n"
-                                      for c in cues)
+        return "WEBVTT\n\n" + "".join(f"{_timestamp(a, '.')} --> {_timestamp(b, '.')}\n{text}\n\n"
+                                      for a, b, text in timed)
     raise ValueError(f"unknown format {fmt}")
 
 
-def write_result(result: Result, audio_path: str | Path, output_dir: str | Path, fmt: str,
-                 extra: dict | None = None) -> Path:
+def segment_dict(segment: Segment) -> dict:
+    """A segment in JSON; ``words`` (faster-whisper's fields) only where word timings were asked for,
+    so output without them stays as it was."""
+    data = {"start_s": round(segment.start_s, 3), "end_s": round(segment.end_s, 3), "text": segment.text}
+    if segment.words is not None:
+        data["words"] = [{"start": round(w.start, 3), "end": round(w.end, 3), "word": w.word,
+                          "probability": round(w.probability, 4)} for w in segment.words]
+    return data
+
+
+def iter_cues(segments: Sequence[Segment], options: CueOptions) -> Iterator[tuple[float, float, str]]:
+    """(start s, end s, text) of each cue: one per segment, or with ``options.by_words`` groups of a
+    segment's words, timed from their first word's start to their last word's end. A segment
+    without words (none aligned) stays one cue."""
+    for segment in segments:
+        if not segment.text.strip():  # timestamped segments, or whole windows
+            continue
+        if options.by_words and segment.words:
+            yield from _word_cues(segment.words, options)
+        else:
+            yield segment.start_s, segment.end_s, segment.text.strip()
+
+
+def _word_cues(words: Sequence[Word], options: CueOptions) -> Iterator[tuple[float, float, str]]:
+    size = options.max_words_per_line or len(words)
+    for first in range(0, len(words), size):
+        group = words[first:first + size]
+        yield group[0].start, group[-1].end, wrap_words([w.word for w in group], options.max_line_width)
+
+
+def wrap_words(words: Sequence[str], width: int | None) -> str:
+    """Words (each with its leading space, as Whisper emits them) as lines of at most ``width``
+    characters, counting the spaces between words; a line's first word loses its space."""
+    text, length = "", 0
+    for word in words:
+        if length and (width is None or length + len(word) <= width):
+            text, length = text + word, length + len(word)
+        else:
+            stripped = word.strip()
+            text, length = text + ("\n" if length else "") + stripped, len(stripped)
+    return text
+
+
+def write_result(result: Transcript, audio_path: str | Path, output_dir: str | Path, fmt: str,
+                 extra: dict | None = None, cues: CueOptions | None = None) -> Path:
     """Write ``<output_dir>/<stem>.<fmt>``; the file appears whole or not at all."""
     target = Path(output_dir) / f"{Path(audio_path).stem}.{fmt}"
-    return atomic_write_text(target, render(result, fmt, extra))
+    return atomic_write_text(target, render(result, fmt, extra, cues))

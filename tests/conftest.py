@@ -43,22 +43,28 @@ def load_manifest(path: Path) -> list[dict]:
     return rows
 
 
-def _model_dir(name: str, env: str) -> Path:
-    override = os.environ.get(env)
+def _model_dir(name: str, env: str | None, prefer_int8: bool = False) -> Path:
+    override = os.environ.get(env) if env else None
     if override:
         return Path(override)
     from specwhisper.errors import SpecWhisperError
     from specwhisper.model_store import resolve_model
 
     try:
-        return resolve_model(name)
+        return resolve_model(name, prefer_int8=prefer_int8)
     except SpecWhisperError as exc:
-        pytest.skip(f"model {name} unavailable: {exc.what}")
+        pytest.skip(f"model {name}{' (int8)' if prefer_int8 else ''} unavailable: {exc.what}")
 
 
 @pytest.fixture(scope="session")
 def base_model_dir() -> Path:
     return _model_dir("base", "SPECWHISPER_TEST_BASE")
+
+
+@pytest.fixture(scope="session")
+def base_int8_dir() -> Path:
+    """base stored int8, the model faster-whisper's fixtures were made with."""
+    return _model_dir("base", None, prefer_int8=True)
 
 
 @pytest.fixture(scope="session")

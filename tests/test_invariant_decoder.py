@@ -192,3 +192,39 @@ def test_fork_kernels_pinned_stay_exact(base_model_dir, base_engine, shared_data
         oracle, _ = decode(engine, enc, "batch-invariant")
         for drafter, k in ((Oracle(oracle, eot, flip=True, seed=seed), 8), (RandomIds(seed, engine.lm.vocab_size), 3)):
             assert decode(engine, enc, "batch-invariant", drafter, k=k)[0] == oracle, clip["audio"]
+
+
+def _scored_window(engine, enc, drafter, k: int, record: bool):
+    """One timestamped window decoded on the invariant decoder with ``drafter``, and its scores,
+    recorded while decoding (``record``) or from the scoring pass afterwards."""
+    from specwhisper.decoder import decode_window
+    from specwhisper.drafters.base import WindowContext
+    from specwhisper.policy import FixedDraftLength
+    from specwhisper.stats import DecodeStats
+    from specwhisper.verifier import DecoderSession
+
+    prompt = engine.tokenizer.sot_sequence("en", timestamps=True)
+    eot = engine.tokenizer.special.eot
+    session = DecoderSession(engine.lm, enc, prompt, "batch-invariant", row_floor=1, row_ceiling=engine.row_ceiling,
+                             rules=engine._timestamp_rules, scores_from=0 if record else None)
+    drafter.begin(WindowContext(prompt=tuple(prompt), eot=eot, max_new_tokens=200))
+    tokens = decode_window(session, drafter, FixedDraftLength(k), 200, eot, DecodeStats(), lambda _t: eot)
+    return tokens, session.score(tokens, 0)
+
+
+def test_scores_recorded_while_decoding_equal_the_scoring_pass(invariant_engine, shared_data):
+    """avg_logprob and no_speech_prob come from the rows decoding already computed (the prefill
+    gives SOT's row): bit for bit the scoring pass's values, whatever was drafted."""
+    from specwhisper.drafters.base import NullDrafter
+
+    engine = invariant_engine
+    eot, vocab = engine.tokenizer.special.eot, engine.lm.vocab_size
+    for seed, clip in enumerate(representative(shared_data)[:6:3]):
+        enc, _ = encode_clip(engine, clip["path"])
+        oracle, (passed, no_speech) = _scored_window(engine, enc, NullDrafter(), 1, record=False)
+        assert len(passed) == len(oracle) and all(p <= 0 for p in passed)
+        for drafter, k in ((Oracle(oracle, eot, flip=True, seed=seed), 6), (RandomIds(seed, vocab), 4),
+                           (Oracle(oracle, eot), 8)):
+            tokens, (recorded, recorded_no_speech) = _scored_window(engine, enc, drafter, k, record=True)
+            assert tokens == oracle, clip["audio"]
+            assert recorded == passed and recorded_no_speech == no_speech, clip["audio"]

@@ -33,17 +33,6 @@ TOLERANCE_S = 0.020
 
 
 @pytest.fixture(scope="module")
-def base_int8_dir() -> Path:
-    from specwhisper.errors import SpecWhisperError
-    from specwhisper.model_store import resolve_model
-
-    try:
-        return resolve_model("base", prefer_int8=True)
-    except SpecWhisperError as exc:
-        pytest.skip(f"model base (int8) unavailable: {exc.what}")
-
-
-@pytest.fixture(scope="module")
 def tokenizer(base_int8_dir):
     from specwhisper.tokenizer import WhisperTokenizer
 

@@ -53,7 +53,7 @@ def run(python: str, impl: str, mode: str, model_dir: str, files: list[str], rep
 
 
 def main() -> None:
-    from benchmarks.data import half, load_set, shared_data_root
+    from benchmarks.data import half, load_set, shared_data_root, subset
     from benchmarks.peer_env import peer_python
     from specwhisper.model_store import resolve_model
 
@@ -68,7 +68,7 @@ def main() -> None:
     report = {}
     for name in args.set or ["longform", "read"]:
         clips = load_set(name, shared_data_root())
-        clips = clips if name == "longform" else half(clips, args.half)[:args.limit]
+        clips = subset(half(clips, args.half), args.limit)
         files = [str(c.path) for c in clips]
         for mode in ("sequential", "batched"):
             ours = run(sys.executable, "specwhisper", mode, model_dir, files, args.repeat, 8)

