@@ -422,7 +422,7 @@ class WhisperEngine:
     def transcribe(self, audio: AudioInput, language: str | None = None, task: str = "transcribe",
                    **options) -> Result:
         """Transcribe ``audio`` (a path, bytes, a file object or 16 kHz samples) in one call."""
-        stream = self.stream(audio, language, task, **options)
+        stream = self.transcription(audio, language, task, **options)
         result = stream.result()
         opts, ctx_frames = stream.run.opts, stream.run.ctx_frames
         if ctx_frames < N_FRAMES and looks_like_a_loop(len(result.tokens), result.duration_s):
@@ -434,7 +434,7 @@ class WhisperEngine:
             return retry
         return result
 
-    def stream(self, audio: AudioInput, language: str | None = None, task: str = "transcribe",
+    def transcription(self, audio: AudioInput, language: str | None = None, task: str = "transcribe",
                **options) -> Transcription:
         """Start a transcription whose windows are decoded as they are iterated (the language is
         known at once: detected now where not given, on the first window, whose encoder output

@@ -172,7 +172,7 @@ class WhisperModel:
             elif language is not None:
                 info.language = language
             return iter(()), info
-        stream = self.engine.stream(waveform, language, task, **options)
+        stream = self.engine.transcription(waveform, language, task, **options)
         info.language, info.language_probability = stream.language, stream.language_probability
         info.all_language_probs = stream.language_probs
         segments = _segments(stream, word_timestamps)
@@ -198,7 +198,7 @@ class WhisperModel:
         waveform = waveform[:language_detection_segments * 30 * SAMPLE_RATE]
         if not waveform.size:
             waveform = np.zeros(SAMPLE_RATE, np.float32)
-        stream = self.engine.stream(waveform, None, language_detection_segments=language_detection_segments,
+        stream = self.engine.transcription(waveform, None, language_detection_segments=language_detection_segments,
                                     language_detection_threshold=language_detection_threshold, timestamps="off")
         probs = stream.language_probs or [(stream.language, stream.language_probability)]
         return stream.language, stream.language_probability, probs
