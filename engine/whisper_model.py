@@ -2,7 +2,7 @@
 written for faster-whisper 1.2 runs unchanged, with speculative decoding underneath.
 
 A thin facade: options map onto ``TranscribeOptions`` one to one, windows come from
-``WhisperEngine.stream`` as they are decoded, and each becomes faster-whisper's ``Segment``s. Our
+``WhisperEngine.transcription`` as they are decoded, and each becomes faster-whisper's ``Segment``s. Our
 own options (``tokenmap``, ``draft_model``, ``numerics``, ``learn``, ...) are extra keyword
 arguments, and ``TranscriptionInfo.specwhisper`` carries what the engine measured. Where we differ:
 
