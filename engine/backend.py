@@ -328,11 +328,13 @@ class LoadedModel:
         it is neither used nor cached (None: the caller falls back to its default curve).
         """
         invariant = result is not None and result.decoder == "invariant"
-        key = f"cost-v3|{self._selftest_key()}" + (f"|invariant|{_ort_version()}" if invariant else "")
+        wide = invariant and result.wide
+        key = f"cost-v3|{self._selftest_key()}" + (f"|invariant|{_ort_version()}" if invariant else "") + \
+            ("|wide" if wide else "")
         cached = cache_get(key) if use_cache else None
         if isinstance(cached, dict) and cached:
             return {int(k): float(v) for k, v in cached.items()}
-        table = self._measure_invariant_costs() if invariant else self._measure_call_costs()
+        table = self._measure_invariant_costs(wide) if invariant else self._measure_call_costs()
         if table[max(table)] < 1.05:
             warnings.warn("decoder call costs could not be measured (the machine was busy): using the default "
                           "cost curve for this run", stacklevel=2)
@@ -344,10 +346,14 @@ class LoadedModel:
         best = _call_seconds(self.decoder, self, sizes)
         return _monotone_costs(best, best[1], at_least=1.0)
 
-    def _measure_invariant_costs(self, sizes: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 17)) -> dict[int, float]:
+    def _measure_invariant_costs(self, wide: bool, sizes: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 17)) -> dict[int, float]:
         """The invariant decoder's calls priced in the fork's 1-row steps (what single-row windows
-        cost), both timed in turn; its own 1-row step is entry 1 and may be above or below 1.0."""
-        ct2, inv = _interleaved_call_seconds((self.decoder, self.invariant_decoder()), self, sizes=sizes, rounds=3)
+        cost), both timed in turn; its own 1-row step is entry 1 and may be above or below 1.0.
+        ``wide``: timed on its wide session, where most of its calls run (windows that nothing
+        else runs beside: single-window audio, timestamped long-form without a draft model)."""
+        invariant = self.invariant_decoder()
+        ct2, inv = _interleaved_call_seconds((self.decoder, invariant.widened() if wide else invariant), self,
+                                             sizes=sizes, rounds=3)
         return _monotone_costs(inv, ct2[1])
 
     def _speech_window(self, encoder_frames: int):

@@ -81,6 +81,10 @@ class InvariantDecoder:
         self._outputs = [o.name for o in self._step.get_outputs()]
         self.compute_type = precision
 
+    def widened(self) -> _Widened:
+        """This decoder with every window's calls on its wide session (for pricing them)."""
+        return _Widened(self)
+
     # --- the fork's step API -------------------------------------------------------------------
     def prefill(self, encoder_output, prompt: Sequence[int], wide: Callable[[], bool] | None = None):
         return self.prefill_rows(encoder_output, prompt, [len(prompt) - 1], wide)
@@ -134,3 +138,16 @@ class InvariantDecoder:
             feeds[f"past_v_{i}"][:, :, start:start + rows] = new[2 * i + 1]
         state.current_step = start + rows
         return logits
+
+
+class _Widened:
+    """An ``InvariantDecoder`` whose windows run wide: the same step API, prefill with ``wide`` set."""
+
+    def __init__(self, decoder: InvariantDecoder) -> None:
+        self._decoder = decoder
+
+    def prefill(self, encoder_output, prompt: Sequence[int]):
+        return self._decoder.prefill(encoder_output, prompt, wide=lambda: True)
+
+    def __getattr__(self, name: str):
+        return getattr(self._decoder, name)

@@ -41,7 +41,10 @@ for path in files:
         best = took if best is None else min(best, took)
         tokens = [t for s in segments for t in s.tokens]
         text = "".join(s.text for s in segments)
-    out.append({"file": path, "seconds": best, "tokens": tokens, "text": text})
+        account = getattr(info, "specwhisper", None) or {}
+    out.append({"file": path, "seconds": best, "tokens": tokens, "text": text,
+                "timings": account.get("timings"), "numerics": account.get("numerics"),
+                "stats": {k: account.get("stats", {}).get(k) for k in ("tokens", "decoder_calls", "accepted")}})
 print(json.dumps(out))
 """
 
@@ -77,8 +80,13 @@ def main() -> None:
             same = sum(x["tokens"] == y["tokens"] for x, y in zip(ours, theirs))
             report[f"{name}/{mode}"] = {"ours_s": a, "faster_whisper_s": b, "speedup": b / a, "files": len(files),
                                         "same_tokens": same, "ours": ours, "theirs": theirs}
+            phases = {k: sum((r["timings"] or {}).get(k, 0.0) for r in ours) for k in ("encoder_s", "decoder_s")}
+            calls = sum(r["stats"]["decoder_calls"] or 0 for r in ours)
+            tokens = sum(r["stats"]["tokens"] or 0 for r in ours)
+            report[f"{name}/{mode}"].update(ours_phases=phases, ours_calls=calls, ours_tokens=tokens)
             print(f"{name:9s} {mode:10s} ours {a:7.2f} s  faster-whisper {b:7.2f} s  {b / a:4.2f}x  "
-                  f"same tokens {same}/{len(files)}", flush=True)
+                  f"same tokens {same}/{len(files)}  (ours: encoder {phases['encoder_s']:.2f} s, decoder "
+                  f"{phases['decoder_s']:.2f} s, {tokens} tokens in {calls} calls)", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"time": time.strftime("%Y-%m-%d %H:%M"), "runs": report}, indent=1))
 
