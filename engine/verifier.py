@@ -89,14 +89,11 @@ class DecoderSession:
         if self._sot_index is None and self._wide is None:
             self._state, logits = self._model.prefill(self._encoder_output, self._prompt)
             return self._pick(logits, 0, [], begin=True)
-        last = len(self._prompt) - 1
-        self._state, logits = self._model.prefill_rows(self._encoder_output, self._prompt,
-                                                       [last if self._sot_index is None else self._sot_index, last],
-                                                       wide=self._wide)
-        if self._sot_index is None:
-            return self._pick(logits[1], 0, [], begin=True)
-        self._no_speech = self._no_speech_prob(to_host(logits)[0])
-        return self._pick(logits[1], 0, [], begin=True)
+        rows = ([] if self._sot_index is None else [self._sot_index]) + [len(self._prompt) - 1]
+        self._state, logits = self._model.prefill_rows(self._encoder_output, self._prompt, rows, wide=self._wide)
+        if self._sot_index is not None:
+            self._no_speech = self._no_speech_prob(to_host(logits)[0])
+        return self._pick(logits[-1], 0, [], begin=True)
 
     def step(self, history: Sequence[int]) -> int:
         """Feed ``history[-1]`` (the window's tokens so far) in a 1-row call; return the next token."""
