@@ -15,6 +15,7 @@ from . import __version__
 from .audio import BUNDLED_SAMPLE
 from .backend import BATCH_DECODERS
 from .cli_fw import FwTranscript, Progress, add_fw_args, check_fw_options, transcribe_fw
+from .cli_stream import add_stream_parser, run_stream
 from .encoders import ENCODERS
 from .errors import SpecWhisperError
 from .features import N_FRAMES
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--batch-decoder", default="auto", choices=BATCH_DECODERS)
     doc.add_argument("--encoder", default="auto", choices=ENCODERS)
 
+    add_stream_parser(sub, _add_model_args)
     _add_optional_subcommands(sub)
     return parser
 
@@ -167,6 +169,8 @@ def _dispatch(args) -> int:
         return _transcribe(args)
     if args.command == "models":
         return _models(args)
+    if args.command == "stream":
+        return run_stream(args)
     if args.command == "doctor":
         from .doctor import run_doctor
 

@@ -50,10 +50,25 @@ def check_decoding_options(opts) -> None:
             raise OptionError(f"initial_prompt must be text or token ids, got {type(prompt).__name__}",
                                    where="initial_prompt", hint="pass a string or a list of ints") from None
         object.__setattr__(opts, "initial_prompt", ids)
-    for name in ("prefix", "hotwords"):
-        if getattr(opts, name) is not None and not isinstance(getattr(opts, name), str):
-            raise OptionError(f"{name} must be text, got {type(getattr(opts, name)).__name__}", where=name,
-                                   hint="pass a string")
+    object.__setattr__(opts, "prefix", _text_or_ids(opts.prefix, "prefix"))
+    object.__setattr__(opts, "draft_hint", _text_or_ids(opts.draft_hint, "draft_hint", text=False) or ())
+    if opts.hotwords is not None and not isinstance(opts.hotwords, str):
+        raise OptionError(f"hotwords must be text, got {type(opts.hotwords).__name__}", where="hotwords",
+                          hint="pass a string")
+
+
+def _text_or_ids(value, name: str, text: bool = True) -> str | tuple[int, ...] | None:
+    """A string (where ``text``), or token ids as a tuple of ints (empty: None)."""
+    if value is None or (text and isinstance(value, str)):
+        return value
+    try:
+        ids = tuple(int(t) for t in value) if not isinstance(value, (str, bytes)) else None
+    except (TypeError, ValueError):
+        ids = None
+    if ids is None:
+        raise OptionError(f"{name} must be {'text or ' if text else ''}token ids, got {type(value).__name__}",
+                          where=name, hint="pass a string or a list of ints" if text else "pass a list of ints")
+    return ids or None
 
 
 def _integer(opts, name: str, minimum: int) -> None:
@@ -112,8 +127,10 @@ def suppressed_ids(tokenizer, default: Sequence[int], suppress_tokens: Sequence[
 
 
 def window_prompt(tokenizer, language: str, task: str, previous: Sequence[int], timestamps: bool,
-                  prefix: str | None = None, hotwords: str | None = None) -> tuple[list[int], list[int], int]:
-    """(prompt, forced prefix tokens at its end, index of SOT in it) for one window."""
+                  prefix: str | Sequence[int] | None = None,
+                  hotwords: str | None = None) -> tuple[list[int], list[int], int]:
+    """(prompt, forced prefix tokens at its end, index of SOT in it) for one window. A prefix of
+    token ids is forced as given, timestamps included (a live stream's committed text, see ``live``)."""
     half = MAX_POSITIONS // 2
     prompt: list[int] = []
     if previous or (hotwords and not prefix):
@@ -124,7 +141,9 @@ def window_prompt(tokenizer, language: str, task: str, previous: Sequence[int], 
     sot_index = len(prompt)
     prompt.extend(tokenizer.sot_sequence(language, task, timestamps=timestamps))
     forced: list[int] = []
-    if prefix:
+    if prefix and not isinstance(prefix, str):
+        forced = list(prefix)[:half - 1]
+    elif prefix:
         forced = tokenizer.encode(" " + prefix.strip())[:half - 1]
         if timestamps:
             forced = [tokenizer.special.timestamp_begin] + forced

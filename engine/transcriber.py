@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -46,6 +47,9 @@ from .policy import (
 from .sampling import PositionSampler
 from .stats import DecodeStats
 from .timestamps import SECONDS_PER_TIMESTAMP, TimestampRules, split_window
+
+if TYPE_CHECKING:
+    from .live import LiveStream
 
 NUMERICS_CHOICES = ("auto", "batch-invariant", "single-row")
 TIMESTAMPS_CHOICES = ("auto", "on", "off")
@@ -85,7 +89,10 @@ class TranscribeOptions:
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
     prompt_reset_on_temperature: float = 0.5
-    prefix: str | None = None
+    prefix: str | tuple[int, ...] | None = None  # text, or token ids forced as given (timestamps included)
+    # Tokens an earlier decoding of (mostly) the same audio emitted after this call's prompt and
+    # prefix (a live stream's previous pass): drafted first, ahead of the engine's drafters. Speed only.
+    draft_hint: tuple[int, ...] = ()
     hotwords: str | None = None
     suppress_blank: bool = True
     suppress_tokens: tuple[int, ...] | None = (-1,)  # -1: the model's non-speech symbols
@@ -456,8 +463,13 @@ class WhisperEngine:
             initial = self.tokenizer.encode(" " + opts.initial_prompt.strip())
         else:
             initial = list(opts.initial_prompt or ())
+        drafters = self.drafters
+        if opts.draft_hint:
+            from .drafters.previous_pass import PreviousPassDrafter
+
+            drafters = [PreviousPassDrafter(opts.draft_hint, self.tokenizer.special.timestamp_begin)] + drafters
         run = _Run(opts=opts, ctx_frames=ctx_frames,
-                   chain=DrafterChain(self.drafters) if opts.speculation and opts.draft_len != 0 else DrafterChain([]),
+                   chain=DrafterChain(drafters) if opts.speculation and opts.draft_len != 0 else DrafterChain([]),
                    policy=self.policy if opts.draft_len is None else FixedDraftLength(opts.draft_len),
                    language=opts.language, initial=initial,
                    guesser=self.guesser if self.learn else BigramGuesser(self.tokenizer),
@@ -471,6 +483,15 @@ class WhisperEngine:
         else:
             windows = self._transcribe_fixed(run, waveform, mel, n_content)
         return Transcription(self, run, waveform, windows, t_start)
+
+    def stream(self, language: str | None = None, task: str = "transcribe", step_s: float = 1.0,
+               **options) -> LiveStream:
+        """A live transcription: ``feed()`` it audio as it arrives and get committed text and the
+        tentative tail back as events; ``finish()`` flushes (see ``live``). ``options``: those of
+        ``transcribe`` that a live pass can take, and ``LiveStream``'s own."""
+        from .live import LiveStream
+
+        return LiveStream(self, language, task, step_s, **options)
 
     def _detect_language(self, run: _Run, waveform: np.ndarray, mel: np.ndarray, n_content: int) -> None:
         """The language of the first window(s) from the first clip on (faster-whisper's rule: the

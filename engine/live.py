@@ -1,0 +1,445 @@
+"""Live transcription: audio chunks in, committed text and a tentative tail out (``engine.stream()``).
+
+Whisper decodes windows, not streams. The standard way to run it live (whisper_streaming's
+LocalAgreement-2, Macháček et al. 2023) decodes a growing audio buffer again and again and
+commits what two consecutive passes agree on. This module runs that policy on the engine:
+
+* every ``step_s`` of new audio, one **pass** decodes the uncommitted buffer as one window, with
+  timestamps (so segment ends are known) and an encoder window fitted to the buffer
+  (``audio_ctx="auto"``, as ``--audio-ctx auto`` does: a 6-20 s buffer costs a 6-20 s encoder);
+* the longest token prefix this pass and the previous one agree on is **committed**, cut back to
+  a word boundary (a word the newer pass may still extend is not committed). Timestamps agree
+  with any timestamp: a segment end moving from 2.40 to 2.42 s as audio arrives is the same end;
+* where a committed segment is closed (its end timestamp agreed), the buffer is **trimmed** at
+  its end: later passes decode only what is not final, so a pass costs what is new, not what was
+  said a minute ago. A buffer that reaches ``max_buffer_s`` (15 s, whisper_streaming's default)
+  with no committed segment end is cut after its last committed word (word timestamps, one extra
+  decoding): memory stays bounded, and a long forced prefix cannot drag the decoder on (a digit
+  list went on over the next sentence);
+* committed text of a segment still open in the buffer is **forced** as the next pass's prefix
+  (token ids, its timestamp first): committed text is never decoded again, so it cannot be
+  retracted, and no heuristic has to find where old text ends in a new pass (whisper_streaming
+  re-decodes it and removes overlapping n-grams). Text committed before the buffer is the
+  pass's **prompt** (previous text), as whisper_streaming's init prompt;
+* a pass that **loops** (Whisper repeating itself where speech is cut off: "seven, seven, ...")
+  is capped a few tokens past the previous pass and cut after the first copy of the repetition,
+  so that two looping passes cannot agree on a loop and commit it (see ``_run``);
+* the previous pass's tokens after the committed prefix are the **draft hint** of the next pass
+  (``TranscribeOptions.draft_hint``, ``drafters/previous_pass.py``): most of a pass repeats the
+  one before, and the verifier makes that repetition cheap without changing a token.
+
+Passes happen at fixed points of the stream's clock (every ``step_s`` of audio fed), whatever
+the chunk sizes: the same audio gives the same events, chunked in any way. A chunk longer than a
+step runs one pass per step it completes. Times are in the stream's clock (seconds of audio fed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from numbers import Real
+
+import numpy as np
+
+from .audio import SAMPLE_RATE
+from .backend import MAX_POSITIONS
+from .errors import AudioError, OptionError, SpecWhisperError
+from .fallback import COMPRESSION_RATIO_THRESHOLD, compression_ratio
+from .features import N_FRAMES
+from .live_agreement import agreed_length, creeping_loop, cut_repetition
+from .live_input import ChunkQueue
+from .timestamps import SECONDS_PER_TIMESTAMP
+from .transcriber import (
+    LOOP_TOKENS_MIN,
+    LOOP_TOKENS_PER_S,
+    SILENCE_PEAK,
+    TranscribeOptions,
+    WhisperEngine,
+    WindowResult,
+)
+
+WINDOW_SAMPLES = N_FRAMES * 160  # one pass sees at most one 30 s window
+SAMPLES_PER_TIMESTAMP = round(SECONDS_PER_TIMESTAMP * SAMPLE_RATE)
+MIN_STEP_S, MAX_STEP_S = 0.1, 10.0
+LOOP_MARGIN = 16  # tokens a pass may emit beyond the previous pass's and a step's worth (see _run)
+EMPTY_KEEP_S = 1.0  # a pass that hears no words keeps this much of the buffer: a word may be starting
+# Committed tokens kept as the prompt: about whisper_streaming's 200 characters. Every pass
+# prefills its prompt, and a long one costs: 25 ms without, 68 ms with 60 tokens, 116 ms with 223
+# (base int8, invariant decoder, 2 cores), against about 5 ms a decoded token.
+CONTEXT_TOKENS = 48
+SET_BY_STREAM = ("timestamps", "prefix", "draft_hint", "clip_timestamps", "condition_on_previous_text",
+                 "progress", "multilingual", "word_timestamps", "max_new_tokens")
+
+
+@dataclass(frozen=True)
+class LiveEvent:
+    """What a stream produced. ``kind``: ``commit`` (final text, never retracted; ``start_s`` the
+    start of its segment, ``end_s`` its end where ``segment_end``, else the pass's estimate) or
+    ``tentative`` (the text after the committed part in the latest pass, replaced by the next
+    tentative event; empty once everything is committed)."""
+
+    kind: str
+    text: str
+    start_s: float
+    end_s: float
+    segment_end: bool = False
+    tokens: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"type": self.kind, "text": self.text, "start_s": round(self.start_s, 3),
+                "end_s": round(self.end_s, 3), "segment_end": self.segment_end}
+
+
+@dataclass
+class PassRecord:
+    """One decoding pass, with what decoding it again needs (``decode_pass(engine, audio, **options)``)."""
+
+    index: int
+    offset_s: float  # stream time of the buffer's first sample
+    audio: np.ndarray
+    options: dict
+    tokens: list[int]  # the window's tokens: forced prefix, text and timestamps (no EOT; none if skipped)
+    numerics: str  # what the window was decoded in ("skipped": silence, nothing decoded)
+    stats: dict
+    seconds: float
+
+
+def decode_pass(engine: WhisperEngine, audio: np.ndarray, **options) -> tuple[WindowResult, object]:
+    """Decode ``audio`` as one window (the first of ``engine.transcription``, which decodes lazily,
+    so nothing after it runs). Returns the window and the transcription (its language, timings)."""
+    transcription = engine.transcription(audio, **options)
+    for window in transcription:
+        return window, transcription
+    raise SpecWhisperError("a live pass produced no window", where="live pass")  # not reached: audio is non-empty
+
+
+class LiveStream:
+    """A live transcription (see module docstring); made by ``WhisperEngine.stream()``.
+
+    ``feed(chunk)`` takes float32 16 kHz mono samples (a 1-D numpy array; int16 arrays and int16
+    little-endian PCM bytes too) and returns the events the passes it completed produced;
+    ``finish()`` decodes what is left, commits it and returns the last events; ``events(chunks)``
+    does both for an iterable of chunks. A chunk that is refused (wrong dtype or shape, NaN) raises
+    ``AudioError`` and leaves the stream as it was. ``max_buffer_s``: see the module docstring. ``on_pass``: called with a ``PassRecord`` after
+    each pass (tests decode it again; keep no reference to save memory). ``previous_pass_drafts``:
+    draft each pass from the previous one (speed only). ``force_committed``: force the committed
+    text still in the buffer as the pass's prefix (default; off: each pass decodes it again, as
+    whisper_streaming does, drafted by the previous pass, and is decoded a second time with it
+    forced only where it disagrees). ``totals``: counts and seconds summed over the decodings."""
+
+    def __init__(self, engine: WhisperEngine, language: str | None = None, task: str = "transcribe",
+                 step_s: float = 1.0, *, max_buffer_s: float = 15.0, previous_pass_drafts: bool = True,
+                 force_committed: bool = True,
+                 on_pass: Callable[[PassRecord], None] | None = None, sample_rate: int = SAMPLE_RATE,
+                 **options) -> None:
+        if isinstance(step_s, bool) or not isinstance(step_s, Real) or not MIN_STEP_S <= step_s <= MAX_STEP_S:
+            raise OptionError(f"step_s must be a number of seconds in [{MIN_STEP_S}, {MAX_STEP_S}], got {step_s!r}",
+                              where="step_s", hint="use e.g. 1.0 (a pass every second of new audio)")
+        if isinstance(max_buffer_s, bool) or not isinstance(max_buffer_s, Real) or \
+                not 2 * step_s <= max_buffer_s <= WINDOW_SAMPLES / SAMPLE_RATE - step_s:
+            raise OptionError(f"max_buffer_s must be between twice step_s and 30 s less step_s, got {max_buffer_s!r}",
+                              where="max_buffer_s", hint="use e.g. 15 (the default)")
+        if sample_rate != SAMPLE_RATE:
+            raise AudioError(f"a live stream takes 16 kHz audio, got sample_rate={sample_rate!r}",
+                             where="engine.stream(sample_rate=...)",
+                             hint="resample the source to 16000 Hz (e.g. soxr.ResampleStream) before feeding")
+        for name in SET_BY_STREAM:
+            if name in options:
+                raise OptionError(f"{name} is not an option of a live stream", where=name,
+                                  hint="the stream sets timestamps, prefix and draft hints itself; "
+                                       "word timestamps and clips are not supported live yet")
+        options.setdefault("audio_ctx", "auto")
+        opts = TranscribeOptions(language=language, task=task, **options)  # every option checked now
+        if language is not None:
+            engine.tokenizer.sot_sequence(language, task)  # a code this model knows
+        self.engine, self.language, self.task = engine, language, task
+        self.previous_pass_drafts, self.force_committed, self.on_pass = previous_pass_drafts, force_committed, on_pass
+        prompt = opts.initial_prompt
+        self._initial = engine.tokenizer.encode(" " + prompt.strip()) if isinstance(prompt, str) else \
+            list(prompt or ())
+        self._options = {k: v for k, v in options.items() if k != "initial_prompt"}
+        self._tb = engine.tokenizer.special.timestamp_begin
+        self._eot = engine.tokenizer.special.eot
+        self._step = round(step_s * SAMPLE_RATE)
+        self._max_buffer = round(max_buffer_s * SAMPLE_RATE)
+        self._input = ChunkQueue()  # fed samples not yet in the buffer (less than a step)
+        self._buffer = np.zeros(0, np.float32)  # the uncommitted audio a pass decodes
+        self._offset = 0  # stream sample of the buffer's first sample
+        self._context: deque[int] = deque(maxlen=CONTEXT_TOKENS)  # committed text tokens (the prompt)
+        self._prefix: list[int] = []  # committed tokens of the segment still open in the buffer
+        self._previous: list[int] | None = None  # the last pass's tokens, in the buffer's time
+        self._tentative = ""
+        self._last_end = 0.0  # where the last closed segment ended (times never go back)
+        self._word_start: dict[int, bool] = {}
+        self._finished = False
+        self._looped = False  # a short encoder window made the decoder loop on this buffer
+        self.totals: dict = dict.fromkeys(("passes", "pass_s", "encoder_s", "decoder_s", "tokens", "decoder_calls",
+                                           "verify_calls", "steps", "drafted", "accepted", "hint_drafted",
+                                           "hint_accepted", "committed_tokens", "loops", "loops_cut", "word_cuts"), 0)
+
+    # -- input -----------------------------------------------------------------------------
+    def feed(self, chunk) -> list[LiveEvent]:
+        """Add audio; run one pass per completed step; return the events they produced."""
+        if self._finished:
+            raise SpecWhisperError("this live stream is finished: feed() after finish()", where="LiveStream.feed",
+                                   hint="start a new stream with engine.stream() for more audio")
+        self._input.add(chunk, where=f"LiveStream.feed (chunk at {self.time_s:.2f} s)")
+        events: list[LiveEvent] = []
+        while self._input.pending >= self._step:
+            self._buffer = np.concatenate([self._buffer, self._input.take(self._step)])
+            events += self._pass()
+        return events
+
+    def finish(self) -> list[LiveEvent]:
+        """Decode what is left and commit all of it; the stream then takes no more audio."""
+        if self._finished:
+            return []
+        self._finished = True
+        self._buffer = np.concatenate([self._buffer, self._input.take(self._input.pending)])
+        return self._pass(final=True)
+
+    def events(self, chunks: Iterable) -> Iterator[LiveEvent]:
+        """Feed every chunk, then finish, yielding events as they come."""
+        for chunk in chunks:
+            yield from self.feed(chunk)
+        yield from self.finish()
+
+    @property
+    def time_s(self) -> float:
+        """Seconds of audio fed."""
+        return self._input.fed / SAMPLE_RATE
+
+    @property
+    def buffer_s(self) -> float:
+        """Seconds of audio the next pass decodes again (uncommitted, or in a segment still open)."""
+        return (self._buffer.size + self._input.pending) / SAMPLE_RATE
+
+    # -- passes ----------------------------------------------------------------------------
+    def _pass(self, final: bool = False) -> list[LiveEvent]:
+        buffer, events = self._buffer, []
+        if buffer.size == 0 or (not self._prefix and float(np.abs(buffer).max()) < SILENCE_PEAK):
+            self._close_open(events)
+            self._drop(buffer.size)  # silence: nothing to decode, nothing to keep
+            return events + self._tail_event("", self._time(self._offset))
+        current = self._decode(buffer)
+        begin, close_all = len(self._prefix), final
+        if final:
+            done = len(current)
+        else:
+            done = agreed_length(current, self._previous, begin, self._tb, self._starts_word)
+            if buffer.size + self._step > self._max_buffer and not any(self._closes(current, i)
+                                                                       for i in range(begin, done)):
+                # Long enough, and no committed segment ended: cut after the last committed word
+                # (a long forced prefix makes Whisper go on with it: digit lists over a sentence);
+                # nothing committed: at the last segment end this pass found, else everything.
+                if any(t < self._eot for t in current[:done]):
+                    cut = self._word_end(buffer, current[:done])
+                    self._commit(current, done, events)
+                    self._close_open(events, cut)
+                    self._drop(cut)
+                    return events + self._tail_event("", self._time(self._offset))
+                ends = [i for i in range(max(1, begin), len(current)) if self._closes(current, i)]
+                done, close_all = (ends[-1] + 1, False) if ends else (len(current), True)
+        self._commit(current, done, events)
+        if close_all:
+            self._close_open(events)
+            self._drop(self._buffer.size)
+        elif not any(t < self._eot for t in current):  # no words heard: keep only the last moment
+            self._drop(max(0, self._buffer.size - round(EMPTY_KEEP_S * SAMPLE_RATE)))
+        tail = [] if self._previous is None else self._previous[len(self._prefix):]
+        start = self._segment_start(self._previous or [], len(self._prefix))
+        return events + self._tail_event(self._text(tail), start)
+
+    def _close_open(self, events: list[LiveEvent], end: int | None = None) -> None:
+        """End the segment whose committed text is still open, ``end`` samples into the buffer
+        (default: its end)."""
+        if any(t < self._eot for t in self._prefix):
+            end = self._buffer.size if end is None else end
+            events.append(self._event("commit", [], self._segment_start(self._prefix, len(self._prefix)),
+                                      self._time(self._offset + end), True))
+
+    def _word_end(self, buffer: np.ndarray, committed: list[int]) -> int:
+        """Samples into the buffer where the last word of ``committed`` (a pass's tokens, forced)
+        ends, by the cross-attention alignment of word timestamps (one extra decoding, only when a
+        full buffer has no segment end to cut at); the whole buffer where nothing is committed."""
+        text = "".join(self._text(committed).split())
+        if not text:
+            return buffer.size
+        t0 = time.perf_counter()
+        context = list(self._context)[:max(0, len(self._context) - sum(t < self._eot for t in self._prefix))]
+        window, _ = decode_pass(self.engine, buffer, **dict(
+            self._options, language=self.language, task=self.task, timestamps="on",
+            initial_prompt=tuple(self._initial + context), prefix=tuple(committed), max_new_tokens=1,
+            word_timestamps=True, audio_ctx="full" if self._looped else self._options["audio_ctx"]))
+        self.totals["word_cuts"] += 1
+        self.totals["pass_s"] += time.perf_counter() - t0
+        seen = ""
+        for word in (w for segment in window.segments for w in segment.words or ()):
+            seen += "".join(word.word.split())
+            if len(seen) >= len(text):
+                return min(buffer.size, max(0, round(word.end * SAMPLE_RATE)))
+        return buffer.size
+
+    def _decode(self, buffer: np.ndarray) -> list[int]:
+        """Decode the buffer; returns the pass's tokens, the committed prefix first. With
+        ``force_committed`` off the pass decodes the prefix again (drafted by the previous pass), and
+        only where it then says something else is it decoded once more with the prefix forced."""
+        prefix = self._prefix
+        context = list(self._context)[:max(0, len(self._context) - sum(t < self._eot for t in prefix))]
+        if not self.force_committed:
+            tokens = self._run(buffer, [], context)
+            if self._starts_with(tokens, prefix):
+                return tokens
+        return self._run(buffer, prefix, context)
+
+    def _run(self, buffer: np.ndarray, prefix: list[int], context: list[int]) -> list[int]:
+        """One decoding of the buffer with ``prefix`` forced.
+
+        Whisper loops ("seven, seven, seven, ...") where speech is cut off at the end of a buffer,
+        digit lists most of all: two passes would agree on the loop and commit it, and it would
+        prompt every later pass. So a pass may emit only a few tokens more than the previous pass
+        did (``LOOP_MARGIN`` plus what a step of speech holds), which keeps a loop cheap; a pass
+        that stops there, or whose text compresses like a loop, keeps only what came before the
+        repetition, and where its encoder window was short it is decoded again in a full window
+        (as ``transcribe`` does), and so is the buffer's audio until it is trimmed."""
+        seconds = buffer.size / SAMPLE_RATE
+        hint = self._previous[len(prefix):] if self._previous else []
+        previous = self._initial + context
+        cap = min(int(max(LOOP_TOKENS_MIN, LOOP_TOKENS_PER_S * seconds)) + 1,
+                  len(hint) + round(LOOP_TOKENS_PER_S * self._step / SAMPLE_RATE) + LOOP_MARGIN)
+        prompt = (1 + min(len(previous), MAX_POSITIONS // 2 - 1) if previous else 0) + 4 + len(prefix)
+        options = dict(self._options, language=self.language, task=self.task, timestamps="on",
+                       initial_prompt=tuple(previous), prefix=tuple(prefix) or None,
+                       draft_hint=tuple(hint) if self.previous_pass_drafts else (),
+                       max_new_tokens=cap if prompt + cap <= MAX_POSITIONS else None)
+        for audio_ctx in (self._options["audio_ctx"] if not self._looped else "full", "full"):
+            t0 = time.perf_counter()
+            options = dict(options, audio_ctx=audio_ctx)
+            window, transcription = decode_pass(self.engine, buffer, **options)
+            tokens = list(window.tokens) if window.numerics != "skipped" else list(prefix)
+            self._account(window, transcription, buffer, options, time.perf_counter() - t0)
+            new = tokens[len(prefix):]
+            kept = cut_repetition(new) if len(new) >= cap else new
+            looping = len(kept) < len(new) or compression_ratio(self._text(new)) > COMPRESSION_RATIO_THRESHOLD
+            if not looping or transcription.run.ctx_frames == N_FRAMES:
+                break
+            self.totals["loops"] += 1
+            self._looped = True  # the same audio would loop again: full windows until it is trimmed
+        if looping:
+            tokens = list(prefix) + cut_repetition(kept, min_copies=2)
+        creeping = creeping_loop(tokens)
+        if creeping is not None:
+            tokens = tokens[:max(len(prefix), creeping)]
+        if looping or creeping is not None:
+            self.totals["loops_cut"] += 1
+            self._context.clear()  # a loop in the prompt makes the next passes loop (faster-whisper resets it too)
+        if self.language is None and any(t < self._eot for t in tokens):
+            self.language = transcription.language  # detected once, on the first pass that heard words
+        return tokens
+
+    def _account(self, window: WindowResult, transcription, buffer: np.ndarray, options: dict,
+                 seconds: float) -> None:
+        s, totals = window.stats, self.totals
+        hint_stats = s.get("by_drafter", {}).get("previous_pass", {})
+        for key, value in (("passes", 1), ("pass_s", seconds), ("encoder_s", transcription.run.timings["encoder_s"]),
+                           ("decoder_s", transcription.run.timings["decoder_s"]), ("tokens", s.get("tokens", 0)),
+                           ("decoder_calls", s.get("decoder_calls", 0)), ("verify_calls", s.get("verify_calls", 0)),
+                           ("steps", s.get("steps", 0)), ("drafted", s.get("drafted", 0)),
+                           ("accepted", s.get("accepted", 0)), ("hint_drafted", hint_stats.get("drafted", 0)),
+                           ("hint_accepted", hint_stats.get("accepted", 0))):
+            totals[key] += value
+        if self.on_pass is not None:
+            self.on_pass(PassRecord(totals["passes"] - 1, self._time(self._offset), buffer, options,
+                                    list(window.tokens), window.numerics, s, seconds))
+
+    def _starts_with(self, tokens: list[int], prefix: list[int]) -> bool:
+        """Whether a pass decoded the committed prefix again as it was (timestamps may move)."""
+        tb = self._tb
+        return len(tokens) >= len(prefix) and all(a == b or (a >= tb and b >= tb) for a, b in zip(tokens, prefix))
+
+    def _commit(self, current: list[int], done: int, events: list[LiveEvent]) -> None:
+        """Commit ``current[len(prefix):done]``: events for it, the prompt context, and where a
+        segment closed in it, the buffer trimmed at its end (the rest of the pass is rebased there)."""
+        start = len(self._prefix)
+        last_close, piece = None, []
+        seg_start = self._segment_start(current, start)
+        for i in range(start, done):
+            t = current[i]
+            if self._closes(current, i):
+                events.append(self._event("commit", piece, seg_start, self._time_of(t), True))
+                last_close, piece = i, []
+            elif t >= self._tb:
+                seg_start = self._time_of(t)
+            elif t < self._eot:
+                piece.append(t)
+        if piece:
+            ahead = next((i for i in range(done, len(current)) if self._closes(current, i)), None)
+            estimate = self._time_of(current[ahead]) if ahead is not None else \
+                self._time(self._offset + self._buffer.size)
+            events.append(self._event("commit", piece, seg_start, estimate, False))
+        committed = [t for t in current[start:done] if t < self._eot]
+        self._context.extend(committed)
+        self.totals["committed_tokens"] += len(committed)
+        if last_close is None:
+            self._prefix, self._previous = current[:done], current
+            return
+        shift = current[last_close] - self._tb
+        rest = [max(t - shift, self._tb) if t >= self._tb else t for t in current[last_close + 1:]]
+        self._drop(min(shift * SAMPLES_PER_TIMESTAMP, self._buffer.size))
+        self._prefix, self._previous = rest[:done - last_close - 1], rest
+
+    def _drop(self, n: int) -> None:
+        """Cut ``n`` samples off the front of the buffer; the passes' tokens no longer fit it."""
+        self._offset += n
+        self._buffer = self._buffer[n:]
+        self._prefix, self._previous = [], None
+        self._looped = self._looped and n == 0
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _closes(self, tokens: list[int], i: int) -> bool:
+        """Whether ``tokens[i]`` ends a segment (a timestamp right after text)."""
+        return i > 0 and tokens[i] >= self._tb and tokens[i - 1] < self._eot
+
+    def _segment_start(self, tokens: list[int], i: int) -> float:
+        """Stream time where the segment holding position ``i`` of a pass started."""
+        for j in range(min(i, len(tokens) - 1), -1, -1):
+            if tokens[j] >= self._tb and not self._closes(tokens, j):
+                return max(self._time_of(tokens[j]), self._last_end)
+        return max(self._time(self._offset), self._last_end)
+
+    def _starts_word(self, token: int) -> bool:
+        """Whether ``token`` cannot continue the word before it (space, punctuation, timestamp)."""
+        known = self._word_start.get(token)
+        if known is None:
+            text = self.engine.tokenizer.decode([token]) if token < self._eot else " "
+            known = bool(text) and text[0] != "\ufffd" and (text[0].isspace() or not (text[0].isalnum()
+                                                                                     or text[0] in "'’-"))
+            self._word_start[token] = known
+        return known
+
+    def _time(self, sample: int) -> float:
+        return sample / SAMPLE_RATE
+
+    def _time_of(self, timestamp: int) -> float:
+        """Stream time of a timestamp token of a pass over the buffer (a short encoder window's
+        padding lets the model place a last timestamp after the audio: it ends with the buffer)."""
+        return self._time(self._offset + min(self._buffer.size, (timestamp - self._tb) * SAMPLES_PER_TIMESTAMP))
+
+    def _text(self, tokens: list[int]) -> str:
+        return self.engine.tokenizer.decode([t for t in tokens if t < self._eot])
+
+    def _event(self, kind: str, tokens: list[int], start: float, end: float, segment_end: bool) -> LiveEvent:
+        start = max(start, self._last_end)
+        end = max(end, start)
+        if segment_end:
+            self._last_end = end
+        return LiveEvent(kind, self._text(tokens), start, end, segment_end, tuple(tokens))
+
+    def _tail_event(self, text: str, start: float) -> list[LiveEvent]:
+        if text == self._tentative:
+            return []
+        self._tentative = text
+        end = self._time(self._offset + self._buffer.size)
+        return [LiveEvent("tentative", text, max(start, self._last_end), max(end, start, self._last_end))]

@@ -1,0 +1,66 @@
+"""Audio chunks into a live stream: checked, converted to float32 and cut into steps (``live``).
+
+A microphone callback, a socket or a file reader hands chunks of any size and of a few
+encodings. The stream must see the same samples at the same points of its clock whatever the
+chunking (the same audio gives the same events), and a refused chunk must leave it as it was.
+So chunks are checked whole before anything is kept, an odd byte of int16 PCM waits for the
+next chunk, and samples are released one step at a time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import AudioError
+
+
+class ChunkQueue:
+    """Fed samples not yet handed to a pass, and the count of samples fed."""
+
+    def __init__(self) -> None:
+        self._pending: list[np.ndarray] = []
+        self.pending = 0  # samples waiting (less than a step between passes)
+        self.fed = 0  # samples fed since the start
+        self._leftover = b""  # an odd byte of int16 PCM, completed by the next chunk
+
+    def add(self, chunk, where: str) -> None:
+        """Queue a chunk (float32 or int16 mono numpy, or int16 little-endian PCM bytes); raises
+        ``AudioError`` for anything else, keeping nothing of it."""
+        samples = self._samples(chunk, where)
+        if samples.size:
+            self._pending.append(samples)
+            self.pending += samples.size
+            self.fed += samples.size
+
+    def take(self, n: int) -> np.ndarray:
+        """The next ``n`` queued samples (``n`` <= ``pending``)."""
+        if n <= 0:
+            return np.zeros(0, np.float32)
+        queued = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0]
+        self._pending = [queued[n:]] if queued.size > n else []
+        self.pending -= n
+        return queued[:n]
+
+    def _samples(self, chunk, where: str) -> np.ndarray:
+        if isinstance(chunk, (bytes, bytearray, memoryview)):
+            data = self._leftover + bytes(chunk)
+            whole = len(data) // 2 * 2
+            self._leftover = data[whole:]
+            return np.frombuffer(data[:whole], dtype="<i2").astype(np.float32) / 32768.0
+        if not isinstance(chunk, np.ndarray):
+            raise AudioError(f"audio chunk of type {type(chunk).__name__}", where=where,
+                             hint="pass a float32 numpy array of 16 kHz mono samples, or int16 PCM bytes")
+        if chunk.ndim == 2 and chunk.shape[1] == 1:
+            chunk = chunk[:, 0]
+        if chunk.ndim != 1:
+            raise AudioError(f"audio chunk has shape {chunk.shape}: a live stream takes mono samples", where=where,
+                             hint="mix the channels down first, e.g. chunk.mean(axis=1).astype(np.float32)")
+        if chunk.dtype == np.int16:
+            return chunk.astype(np.float32) / 32768.0
+        if chunk.dtype != np.float32:
+            raise AudioError(f"audio chunk has dtype {chunk.dtype}: a live stream takes float32 samples", where=where,
+                             hint="convert with chunk.astype(np.float32) (floats in [-1, 1]), or pass int16 PCM")
+        if not np.isfinite(chunk).all():
+            raise AudioError("audio chunk contains NaN or infinite samples", where=where,
+                             hint="check the producer of the audio; the chunk was not added to the stream")
+        return chunk.copy()
