@@ -15,6 +15,7 @@ from . import __version__
 from .audio import BUNDLED_SAMPLE
 from .backend import BATCH_DECODERS
 from .cli_fw import FwTranscript, Progress, add_fw_args, check_fw_options, transcribe_fw
+from .cli_listen import add_listen_parser, run_listen
 from .cli_stream import add_stream_parser, run_stream
 from .encoders import ENCODERS
 from .errors import SpecWhisperError
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--encoder", default="auto", choices=ENCODERS)
 
     add_stream_parser(sub, _add_model_args)
+    add_listen_parser(sub, _add_model_args)
     _add_optional_subcommands(sub)
     return parser
 
@@ -171,6 +173,8 @@ def _dispatch(args) -> int:
         return _models(args)
     if args.command == "stream":
         return run_stream(args)
+    if args.command == "listen":
+        return run_listen(args)
     if args.command == "doctor":
         from .doctor import run_doctor
 
@@ -259,7 +263,8 @@ def _print_stats(path: str, result) -> None:
     if not t:
         print(f"[{Path(path).name}] no speech found: nothing decoded", file=sys.stderr)
         return
-    print(f"[{Path(path).name}] numerics={result.numerics} row_floor={result.row_floor} "
+    print(f"[{Path(path).name}] language={result.language} ({result.language_source}) "
+          f"numerics={result.numerics} row_floor={result.row_floor} "
           f"tokens={s['tokens']} verify_calls={s['verify_calls']} steps={s['steps']} drafted={s['drafted']} "
           f"accepted={s['accepted']} Ar={s['acceptance_rate']:.2f} Al={s['mean_accepted_len']:.2f} "
           f"mean_k={s['mean_k']:.1f} | features {t['features_s'] * 1000:.0f} ms, encoder {t['encoder_s'] * 1000:.0f} ms, "

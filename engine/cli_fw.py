@@ -179,6 +179,14 @@ class FwTranscript:
         return self.account["numerics"]
 
     @property
+    def language(self) -> str:
+        return self.info["language"]
+
+    @property
+    def language_source(self) -> str:
+        return self.account.get("language_source", "")
+
+    @property
     def row_floor(self) -> int | None:
         return self.account.get("row_floor")
 

@@ -1,8 +1,8 @@
 """``specwhisper stream FILE|-|mic``: live transcription on the command line (see ``live``).
 
 A file is played as fast as the passes run, or at real time with ``--realtime``; ``-`` reads
-16 kHz mono 16-bit little-endian PCM from stdin (``ffmpeg -i x -f s16le -ac 1 -ar 16000 -``);
-``mic`` records through the optional ``sounddevice`` package (``pip install 'specwhisper[mic]'``).
+16 kHz mono 16-bit little-endian PCM from stdin; ``mic`` records through the optional
+``sounddevice`` package (sources: ``cli_audio``).
 Committed text is printed as it comes, one line per segment; on a terminal the tentative tail
 follows it, dimmed, and is rewritten by each pass. ``--output-format json`` writes every event
 as a JSON line (``type`` commit or tentative, ``text``, ``start_s``, ``end_s``, ``segment_end``).
@@ -11,17 +11,10 @@ as a JSON line (``type`` commit or tentative, ``text``, ``start_s``, ``end_s``, 
 from __future__ import annotations
 
 import json
-import queue
 import sys
 import time
-from collections.abc import Iterator
 
-import numpy as np
-
-from .audio import SAMPLE_RATE, load_audio
-from .errors import SpecWhisperError
-
-CHUNK_S = 0.1  # what a source hands the stream at a time (a pass runs every --step of audio)
+from .cli_audio import audio_source
 
 
 def add_stream_parser(sub, add_model_args) -> None:
@@ -49,7 +42,7 @@ def add_stream_parser(sub, add_model_args) -> None:
 def run_stream(args) -> int:
     from .transcriber import WhisperEngine
 
-    chunks = _source(args.source, args.realtime)  # a missing microphone package fails before the model loads
+    chunks = audio_source(args.source, args.realtime, "specwhisper stream")  # fails before the model loads
     engine = WhisperEngine(args.model, device=args.device, compute_type=args.compute_type, threads=args.threads,
                            decoder_threads=args.decoder_threads, batch_decoder=args.batch_decoder,
                            encoder=args.encoder)
@@ -71,59 +64,6 @@ def run_stream(args) -> int:
               f"tokens, previous-pass drafts {t['hint_accepted']}/{t['hint_drafted']} accepted ({ratio:.2f}), "
               f"encoder {t['encoder_s']:.1f} s, decoder {t['decoder_s']:.1f} s", file=sys.stderr)
     return 0
-
-
-def _source(source: str, realtime: bool) -> Iterator:
-    if source == "mic":
-        return _microphone()
-    if source == "-":
-        return _paced(_stdin_chunks(), realtime)
-    audio = load_audio(source)
-    step = round(CHUNK_S * SAMPLE_RATE)
-    return _paced((audio[i:i + step] for i in range(0, audio.size, step)), realtime)
-
-
-def _stdin_chunks() -> Iterator[bytes]:
-    size = round(CHUNK_S * SAMPLE_RATE) * 2
-    while True:
-        data = sys.stdin.buffer.read(size)
-        if not data:
-            return
-        yield data
-
-
-def _paced(chunks, realtime: bool) -> Iterator:
-    """The chunks, each no earlier than the audio before it would have taken to play."""
-    t0, played = time.perf_counter(), 0.0
-    for chunk in chunks:
-        if realtime:
-            time.sleep(max(0.0, t0 + played - time.perf_counter()))
-            played += (len(chunk) // 2 if isinstance(chunk, bytes) else len(chunk)) / SAMPLE_RATE
-        yield chunk
-
-
-def _microphone() -> Iterator[np.ndarray]:
-    try:
-        import sounddevice
-    except ImportError:
-        raise SpecWhisperError("microphone input needs the sounddevice package, which is not installed",
-                               where="specwhisper stream mic",
-                               hint="pip install 'specwhisper[mic]' (or pass a file, or '-' for PCM on stdin)") from None
-    blocks: queue.Queue = queue.Queue()
-
-    def gen() -> Iterator[np.ndarray]:
-        try:
-            with sounddevice.InputStream(samplerate=SAMPLE_RATE, channels=1, dtype="float32",
-                                         blocksize=round(CHUNK_S * SAMPLE_RATE),
-                                         callback=lambda data, frames, t, status: blocks.put(data[:, 0].copy())):
-                print("listening (Ctrl-C to stop)", file=sys.stderr)
-                while True:
-                    yield blocks.get()
-        except sounddevice.PortAudioError as exc:
-            raise SpecWhisperError(f"cannot open the microphone: {exc}", where="specwhisper stream mic",
-                                   hint="check that an input device exists and is not in use") from None
-
-    return gen()
 
 
 def _json_printer():

@@ -20,7 +20,7 @@ TIME_PRECISION = 0.02
 def check_decoding_options(opts) -> None:
     """Raise a clear error for a value faster-whisper would reject or misread (``opts``: a
     ``TranscribeOptions``)."""
-    for name in ("beam_size", "best_of"):
+    for name in ("beam_size", "best_of", "batch_size"):
         _integer(opts, name, minimum=1)
     _integer(opts, "no_repeat_ngram_size", minimum=0)
     if opts.max_new_tokens is not None:

@@ -27,27 +27,42 @@ def _ort():
 
 
 class InvariantDecoderState:
-    """One window's decoder state: per layer the cross-attention inputs and a cache of fixed length
-    (keys [H, P, dh], transposed values [H, dh, P]); rolling back only moves ``current_step``."""
+    """One window's decoder state: slot ``slot`` of a block of caches of fixed length (per layer,
+    keys [B, H, P, dh] and transposed values [B, H, dh, P], beside the cross-attention inputs
+    [B, H, T, dh] and [B, H, dh, T]); rolling back only moves ``current_step``. A window decoded
+    on its own has a block of one slot; windows decoded in lockstep share one
+    (``invariant_batch``), and their calls go through its ``gate``."""
 
-    def __init__(self, shape: DecoderShape, length: int, cross: dict[str, np.ndarray],
-                 wide: Callable[[], bool] | None = None) -> None:
+    def __init__(self, feeds: dict[str, np.ndarray], slot: int, length: int, layers: int,
+                 wide: Callable[[], bool] | None = None, gate=None) -> None:
         """``wide``: asked before each call whether the CPU is free for it (then it runs on all the
         decoder's threads)."""
-        heads, dh = shape.heads, shape.d_model // shape.heads
+        self.feeds, self.slot, self.length, self.layers = feeds, slot, length, layers
         self.wide = wide or (lambda: False)
-        self.feeds: dict[str, np.ndarray] = dict(cross)
-        for i in range(shape.layers):
-            self.feeds[f"past_k_{i}"] = np.zeros((heads, length, dh), np.float32)
-            self.feeds[f"past_v_{i}"] = np.zeros((heads, dh, length), np.float32)
-        self.layers = shape.layers
-        self.length = length
+        self.gate = gate
         self.current_step = 0
 
     def truncate_to_step(self, step: int) -> None:
         if not 0 <= step <= self.current_step:
             raise ValueError(f"cannot truncate to step {step} (at {self.current_step})")
         self.current_step = step
+
+
+def cache_block(shape: DecoderShape, slots: int, cross: dict[str, np.ndarray] | None = None,
+                frames: int | None = None) -> dict[str, np.ndarray]:
+    """Feeds of ``slots`` windows: zeroed caches, and the cross-attention inputs (a window's own,
+    as a block of one, or zeroed ones of ``frames`` encoder frames to be filled per slot)."""
+    heads, dh = shape.heads, shape.d_model // shape.heads
+    feeds: dict[str, np.ndarray] = {}
+    for i in range(shape.layers):
+        feeds[f"past_k_{i}"] = np.zeros((slots, heads, shape.max_positions, dh), np.float32)
+        feeds[f"past_v_{i}"] = np.zeros((slots, heads, dh, shape.max_positions), np.float32)
+        if cross is not None:
+            feeds[f"cross_k_{i}"], feeds[f"cross_v_{i}"] = cross[f"cross_k_{i}"][None], cross[f"cross_v_{i}"][None]
+        else:
+            feeds[f"cross_k_{i}"] = np.zeros((slots, heads, frames, dh), np.float32)
+            feeds[f"cross_v_{i}"] = np.zeros((slots, heads, dh, frames), np.float32)
+    return feeds
 
 
 class InvariantDecoder:
@@ -94,12 +109,16 @@ class InvariantDecoder:
         """``prefill`` returning the logits of the prompt's ``rows`` (the fork's gives the last
         row's only): the row after SOT gives ``<|nospeech|>`` without a second call. ``wide``: see
         ``InvariantDecoderState`` (the prefill always runs on ``cross_threads``)."""
+        feeds = cache_block(self.shape, 1, self.cross(encoder_output))
+        state = InvariantDecoderState(feeds, 0, self.shape.max_positions, self.shape.layers, wide)
+        return state, self._call(state, list(prompt), rows, self._wide)
+
+    def cross(self, encoder_output) -> dict[str, np.ndarray]:
+        """Every layer's cross-attention keys [H, T, dh] and transposed values [H, dh, T] of a window."""
         enc = np.asarray(encoder_output, dtype=np.float32)
         enc = np.ascontiguousarray(enc.reshape(-1, enc.shape[-1]))
         names = [o.name for o in self._cross.get_outputs()]
-        cross = dict(zip(names, self._cross.run(names, {"encoder_output": enc})))
-        state = InvariantDecoderState(self.shape, self.shape.max_positions, cross, wide)
-        return state, self._call(state, list(prompt), rows, self._wide)
+        return dict(zip(names, self._cross.run(names, {"encoder_output": enc})))
 
     def forward_step(self, state: InvariantDecoderState, token: int) -> np.ndarray:
         return self._call(state, [token])
@@ -120,24 +139,55 @@ class InvariantDecoder:
     def _call(self, state: InvariantDecoderState, tokens: list[int], logit_rows: Sequence[int] | None = None,
               session=None) -> np.ndarray:
         """Feed ``tokens`` at the state's next positions; the logits of ``logit_rows`` (default: all)."""
-        start, rows = state.current_step, len(tokens)
-        if start + rows > state.length:
-            raise ValueError(f"decoder positions exhausted ({start} + {rows} > {state.length})")
-        positions = np.arange(start, start + rows, dtype=np.int64)
-        feeds = state.feeds
-        feeds["tokens"] = np.asarray(tokens, np.int64)
-        feeds["positions"] = positions
-        feeds["logit_rows"] = np.arange(rows, dtype=np.int64) if logit_rows is None else \
-            np.asarray(logit_rows, np.int64)
-        feeds["mask"] = np.where(np.arange(state.length)[None, :] <= positions[:, None], 0.0,
-                                 -np.inf).astype(np.float32)
-        session = session or (self._wide if state.wide() else self._step)
-        logits, *new = session.run(self._outputs, feeds)
-        for i in range(state.layers):
-            feeds[f"past_k_{i}"][:, start:start + rows] = new[2 * i]
-            feeds[f"past_v_{i}"][:, :, start:start + rows] = new[2 * i + 1]
-        state.current_step = start + rows
+        if state.current_step + len(tokens) > state.length:
+            raise ValueError(f"decoder positions exhausted ({state.current_step} + {len(tokens)} > {state.length})")
+        rows = list(range(len(tokens))) if logit_rows is None else list(logit_rows)
+        if state.gate is not None:
+            logits = state.gate.call(state, tokens, rows)
+        else:
+            session = session or (self._wide if state.wide() else self._step)
+            logits = self.run_calls(state.feeds, 1, [(state, tokens, rows)], session)[0]
+        state.current_step += len(tokens)
         return logits
+
+    def run_calls(self, feeds: dict[str, np.ndarray], slots: int, calls: list[tuple], session=None) -> list[np.ndarray]:
+        """One call of the step graph on the first ``slots`` slots of a block: ``calls`` are
+        (state, tokens, logit rows) of distinct slots; a slot with fewer rows than the longest
+        call repeats its last row (the same token at the same position: the same key and value
+        bits written twice), and a slot without a call (a free one) feeds rows at position 0, never written back. Each call's new keys and
+        values are written into its slot's cache at its positions; returns each call's logits."""
+        session = session or self._step
+        by_slot = {state.slot: (state, tokens, rows) for state, tokens, rows in calls}
+        width = max(len(tokens) for _, tokens, _ in calls)
+        length = self.shape.max_positions
+        token_rows = np.zeros((slots, width), np.int64)
+        positions = np.zeros((slots, width), np.int64)
+        wanted: list[int] = []
+        for slot in range(slots):
+            state, tokens, rows = by_slot.get(slot, (None, [0], []))
+            start = state.current_step if state is not None else 0
+            token_rows[slot, :len(tokens)] = tokens
+            token_rows[slot, len(tokens):] = tokens[-1]
+            positions[slot] = np.minimum(start + np.minimum(np.arange(width), len(tokens) - 1), length - 1)
+            wanted += [slot * width + r for r in rows]
+        inputs = {k: (v if v.shape[0] == slots else v[:slots]) for k, v in feeds.items()}
+        inputs["tokens"], inputs["positions"] = token_rows, positions
+        inputs["logit_rows"] = np.asarray(wanted, np.int64)
+        inputs["mask"] = np.where(np.arange(length)[None, None, :] <= positions[:, :, None], 0.0,
+                                  -np.inf).astype(np.float32)
+        logits, *new = session.run(self._outputs, inputs)
+        first_row, begin = {}, 0
+        for slot in sorted(by_slot):
+            first_row[slot] = begin
+            begin += len(by_slot[slot][2])
+        out = []
+        for state, tokens, rows in calls:
+            start, n, slot = state.current_step, len(tokens), state.slot
+            for i in range(self.shape.layers):
+                feeds[f"past_k_{i}"][slot, :, start:start + n] = new[2 * i][slot, :, :n]
+                feeds[f"past_v_{i}"][slot, :, :, start:start + n] = new[2 * i + 1][slot, :, :, :n]
+            out.append(logits[first_row[slot]:first_row[slot] + len(rows)])
+        return out
 
 
 class _Widened:

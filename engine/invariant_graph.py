@@ -30,7 +30,7 @@ import numpy as np
 from .errors import ModelError
 from .onnx_build import GraphBuilder, float_weight, int8_linear, read_weights, serialize
 
-GRAPH_VERSION = 2  # part of the self-test's cache key: a changed graph is a changed numerics
+GRAPH_VERSION = 3  # part of the self-test's cache key: a changed graph is a changed numerics
 
 
 @dataclass(frozen=True)
@@ -88,35 +88,45 @@ def _cross_graph(w: dict, s: DecoderShape, dh: int, precision: str) -> bytes:
 
 
 def _step_graph(w: dict, s: DecoderShape, dh: int, precision: str) -> bytes:
-    """Inputs: tokens and positions [R], mask [R, P] (0 where a row may look, -inf elsewhere),
-    ``logit_rows`` [N] (the rows whose logits are wanted: a prompt's prefill needs its last row
-    only, and the output projection is the largest matmul of a row), per layer
-    the cache's keys ``past_k_i`` [H, P, dh] and transposed values ``past_v_i`` [H, dh, P] (positions
-    not yet decoded hold anything: they are masked), and the cross-attention ``cross_k_i`` [H, T, dh]
-    and ``cross_v_i`` [H, dh, T]. Outputs: ``logits`` [N, vocab] and the call's keys ``new_k_i``
-    [H, R, dh] and values ``new_v_i`` [H, dh, R], which the caller writes into its cache."""
+    """A call on B sequences at once, R rows each (a sequence with fewer rows repeats its last row:
+    the same token at the same position gives the same key and value bits, so the scatter of
+    duplicate positions writes one value, and the real rows see nothing else).
+
+    Inputs: tokens and positions [B, R], mask [B, R, P] (0 where a row may look, -inf elsewhere),
+    ``logit_rows`` [N] (indices into the B*R rows, sequence by sequence: the rows whose logits are
+    wanted; a prompt's prefill needs SOT's and its last row only, and the output projection is the
+    largest matmul of a row), per layer each sequence's cache keys ``past_k_i`` [B, H, P, dh] and
+    transposed values ``past_v_i`` [B, H, dh, P] (positions not yet decoded hold anything: they are
+    masked), and its cross-attention ``cross_k_i`` [B, H, T, dh] and ``cross_v_i`` [B, H, dh, T].
+    Outputs: ``logits`` [N, vocab] and the call's keys ``new_k_i`` [B, H, R, dh] and values
+    ``new_v_i`` [B, H, dh, R], which the caller writes into its caches. Every per-row operation
+    (embedding, linears, layer norms, activations) sees the B*R rows as one matrix of rows."""
     b = GraphBuilder(w, precision)
     tp, helper = b.tp, b.helper
+    flat = b.const(np.array([-1], np.int64))
+    tokens = b.op("Reshape", ["tokens", flat])
     if precision == "int8":
         emb, emb_scale, _ = int8_linear(w, "decoder/embeddings")
-        rows = b.op("Cast", [b.op("Gather", [b.const(emb, "emb"), "tokens"], axis=0)], to=tp.FLOAT)
-        scale = b.op("Gather", [b.const((1.0 / emb_scale.astype(np.float64)).astype(np.float32), "es"), "tokens"],
+        rows = b.op("Cast", [b.op("Gather", [b.const(emb, "emb"), tokens], axis=0)], to=tp.FLOAT)
+        scale = b.op("Gather", [b.const((1.0 / emb_scale.astype(np.float64)).astype(np.float32), "es"), tokens],
                      axis=0)
         x = b.op("Mul", [rows, b.op("Unsqueeze", [scale, b.const(np.array([1], np.int64))])])
     else:
-        x = b.op("Gather", [b.const(float_weight(w, "decoder/embeddings"), "emb"), "tokens"], axis=0)
+        x = b.op("Gather", [b.const(float_weight(w, "decoder/embeddings"), "emb"), tokens], axis=0)
     pos_table = b.const(w["decoder/position_encodings/encodings"].astype(np.float32), "pos")
-    x = b.op("Add", [x, b.op("Gather", [pos_table, "positions"], axis=0)])
-    mask = b.op("Unsqueeze", ["mask", b.const(np.array([1], np.int64))])  # [R, 1, P]
-    n_rows = b.op("Shape", ["tokens"])
-    k_index = b.op("Expand", [b.op("Reshape", ["positions", b.const(np.array([1, -1, 1], np.int64))]),
-                              b.op("Concat", [b.const(np.array([s.heads], np.int64)), n_rows,
-                                              b.const(np.array([dh], np.int64))], axis=0)])
-    v_index = b.op("Expand", [b.op("Reshape", ["positions", b.const(np.array([1, 1, -1], np.int64))]),
-                              b.op("Concat", [b.const(np.array([s.heads, dh], np.int64)), n_rows], axis=0)])
-    inputs = [helper.make_tensor_value_info("tokens", tp.INT64, ["R"]),
-              helper.make_tensor_value_info("positions", tp.INT64, ["R"]),
-              helper.make_tensor_value_info("mask", tp.FLOAT, ["R", "P"]),
+    x = b.op("Add", [x, b.op("Gather", [pos_table, b.op("Reshape", ["positions", flat])], axis=0)])
+    batch_rows = b.op("Shape", ["tokens"])  # [B, R]
+    b_dim = b.op("Slice", [batch_rows, b.const(np.array([0], np.int64)), b.const(np.array([1], np.int64))])
+    r_dim = b.op("Slice", [batch_rows, b.const(np.array([1], np.int64)), b.const(np.array([2], np.int64))])
+    heads, d_head = b.const(np.array([s.heads], np.int64)), b.const(np.array([dh], np.int64))
+    k_index = b.op("Expand", [b.op("Unsqueeze", ["positions", b.const(np.array([1, 3], np.int64))]),
+                              b.op("Concat", [b_dim, heads, r_dim, d_head], axis=0)])  # [B, H, R, dh]
+    v_index = b.op("Expand", [b.op("Unsqueeze", ["positions", b.const(np.array([1, 2], np.int64))]),
+                              b.op("Concat", [b_dim, heads, d_head, r_dim], axis=0)])  # [B, H, dh, R]
+    split_heads = b.op("Concat", [b_dim, r_dim, heads, d_head], axis=0)  # [B, R, H, dh]
+    inputs = [helper.make_tensor_value_info("tokens", tp.INT64, ["B", "R"]),
+              helper.make_tensor_value_info("positions", tp.INT64, ["B", "R"]),
+              helper.make_tensor_value_info("mask", tp.FLOAT, ["B", "R", "P"]),
               helper.make_tensor_value_info("logit_rows", tp.INT64, ["N"])]
     outputs = []
     for i in range(s.layers):
@@ -126,13 +136,13 @@ def _step_graph(w: dict, s: DecoderShape, dh: int, precision: str) -> bytes:
         qkv = b.linear(h, f"{p}/self_attention/linear_0", out_scale=np.concatenate(
             [np.full(s.d_model, dh ** -0.5), np.ones(2 * s.d_model)]).astype(np.float32))
         q, k, v = b.op("Split", [qkv, b.const(np.array([s.d_model] * 3, np.int64))], n_out=3, axis=-1)
-        b.nodes.append(helper.make_node("Transpose", [b.op("Reshape", [k, b.const(np.array([-1, s.heads, dh], np.int64))])],
-                                        [f"new_k_{i}"], perm=[1, 0, 2]))
-        b.nodes.append(helper.make_node("Transpose", [b.op("Reshape", [v, b.const(np.array([-1, s.heads, dh], np.int64))])],
-                                        [f"new_v_{i}"], perm=[1, 2, 0]))
-        k_all = b.op("ScatterElements", [f"past_k_{i}", k_index, f"new_k_{i}"], axis=1)
-        v_all = b.op("ScatterElements", [f"past_v_{i}", v_index, f"new_v_{i}"], axis=2)
-        att = b.attend(q, k_all, v_all, mask, s.heads, dh)
+        b.nodes.append(helper.make_node("Transpose", [b.op("Reshape", [k, split_heads])], [f"new_k_{i}"],
+                                        perm=[0, 2, 1, 3]))
+        b.nodes.append(helper.make_node("Transpose", [b.op("Reshape", [v, split_heads])], [f"new_v_{i}"],
+                                        perm=[0, 2, 3, 1]))
+        k_all = b.op("ScatterElements", [f"past_k_{i}", k_index, f"new_k_{i}"], axis=2)
+        v_all = b.op("ScatterElements", [f"past_v_{i}", v_index, f"new_v_{i}"], axis=3)
+        att = b.attend(q, k_all, v_all, "mask", s.heads, dh)
         x = b.op("Add", [x, b.linear(att, f"{p}/self_attention/linear_1")])
         # cross-attention over the window's encoder output (keys and values computed once a window)
         h = b.layer_norm(x, w[f"{p}/attention/layer_norm/gamma"], w[f"{p}/attention/layer_norm/beta"])
@@ -143,16 +153,14 @@ def _step_graph(w: dict, s: DecoderShape, dh: int, precision: str) -> bytes:
         h = b.layer_norm(x, w[f"{p}/ffn/layer_norm/gamma"], w[f"{p}/ffn/layer_norm/beta"])
         h = b.op("Gelu", [b.linear(h, f"{p}/ffn/linear_0")], domain="com.microsoft")
         x = b.op("Add", [x, b.linear(h, f"{p}/ffn/linear_1")])
-        inputs += [helper.make_tensor_value_info(f"past_k_{i}", tp.FLOAT, [s.heads, "P", dh]),
-                   helper.make_tensor_value_info(f"past_v_{i}", tp.FLOAT, [s.heads, dh, "P"]),
-                   helper.make_tensor_value_info(f"cross_k_{i}", tp.FLOAT, [s.heads, "T", dh]),
-                   helper.make_tensor_value_info(f"cross_v_{i}", tp.FLOAT, [s.heads, dh, "T"])]
-        outputs += [helper.make_tensor_value_info(f"new_k_{i}", tp.FLOAT, [s.heads, "R", dh]),
-                    helper.make_tensor_value_info(f"new_v_{i}", tp.FLOAT, [s.heads, dh, "R"])]
+        inputs += [helper.make_tensor_value_info(f"past_k_{i}", tp.FLOAT, ["B", s.heads, "P", dh]),
+                   helper.make_tensor_value_info(f"past_v_{i}", tp.FLOAT, ["B", s.heads, dh, "P"]),
+                   helper.make_tensor_value_info(f"cross_k_{i}", tp.FLOAT, ["B", s.heads, "T", dh]),
+                   helper.make_tensor_value_info(f"cross_v_{i}", tp.FLOAT, ["B", s.heads, dh, "T"])]
+        outputs += [helper.make_tensor_value_info(f"new_k_{i}", tp.FLOAT, ["B", s.heads, "R", dh]),
+                    helper.make_tensor_value_info(f"new_v_{i}", tp.FLOAT, ["B", s.heads, dh, "R"])]
     x = b.op("Gather", [x, "logit_rows"], axis=0)  # rows are computed alike, so picking them changes no bits
     h = b.layer_norm(x, w["decoder/layer_norm/gamma"], w["decoder/layer_norm/beta"])
     b.nodes.append(helper.make_node("Identity", [b.linear(h, "decoder/embeddings", bias=False)], ["logits"]))
     outputs.insert(0, helper.make_tensor_value_info("logits", tp.FLOAT, ["N", s.vocab]))
     return serialize(b, helper.make_graph(b.nodes, "whisper_step", inputs, outputs, b.inits))
-
-

@@ -49,6 +49,7 @@ from .stats import DecodeStats
 from .timestamps import SECONDS_PER_TIMESTAMP, TimestampRules, split_window
 
 if TYPE_CHECKING:
+    from .listen import CommandListener
     from .live import LiveStream
 
 NUMERICS_CHOICES = ("auto", "batch-invariant", "single-row")
@@ -77,6 +78,9 @@ class TranscribeOptions:
     seed: int = 0
     timestamps: str = "auto"
     progress: Callable[[int, int], None] | None = None  # (10 ms frames done, frames in all)
+    # Independent windows (no previous text, no timestamps) decoded together, one row each per
+    # decoder call, on the invariant decoder (``invariant_batch``); drafts nothing; 1: one at a time.
+    batch_size: int = 1
     # faster-whisper's options (same names, meaning and defaults where ours differ not: see
     # ``whisper_model`` for the facade that sets its defaults)
     log_prob_threshold: float | None = None
@@ -207,6 +211,9 @@ class Result:
     temperature: float | tuple[float, ...] = 0.0
     seed: int = 0
     timestamps: bool = False
+    # where ``language`` came from: "given", "token map" (the map's transcripts' language, where
+    # none was given), "detected", or "english-only model"
+    language_source: str = ""
 
     @property
     def segments(self) -> list[Segment]:
@@ -218,6 +225,7 @@ class Result:
             "tokens": self.tokens,
             "language": self.language,
             "language_probability": round(self.language_probability, 4),
+            "language_source": self.language_source,
             "numerics": self.numerics,
             "duration_s": round(self.duration_s, 3),
             "timings": {k: round(v, 4) for k, v in self.timings.items()},
@@ -257,6 +265,40 @@ def looks_like_a_loop(n_tokens: int, duration_s: float) -> bool:
     return n_tokens > max(LOOP_TOKENS_MIN, LOOP_TOKENS_PER_S * duration_s)
 
 
+@dataclass
+class _WindowJob:
+    """A window ready to decode (see ``WhisperEngine._prepare_window``)."""
+
+    start: int
+    end_frame: int
+    numerics: str
+    reason: str
+    policy: AdaptiveDraftLength | FixedDraftLength
+    check: SelfTestResult | None
+    encoder_output: object
+    language: str | None
+    prompt: list[int]
+    forced: list[int]
+    sot_index: int
+    context: WindowContext
+    wstats: DecodeStats
+
+
+class _Unlearned:
+    """The guesser of lockstep windows: they draft nothing, so it guesses nothing, and it learns
+    nothing from one window thread while others run (the run's guesser learns each window's
+    tokens in order once it is finished)."""
+
+    def __init__(self, eot: int) -> None:
+        self._eot = eot
+
+    def __call__(self, tokens) -> int:
+        return self._eot
+
+    def learn(self, tokens) -> None:
+        pass
+
+
 def _options_dict(opts: TranscribeOptions) -> dict:
     from dataclasses import asdict
 
@@ -278,6 +320,7 @@ class _Run:
     language: str | None
     initial: list[int]
     guesser: BigramGuesser
+    language_source: str = "given"  # see ``Result.language_source``
     timestamps: bool = False
     language_prob: float = 1.0
     language_probs: list[tuple[str, float]] | None = None
@@ -287,6 +330,7 @@ class _Run:
     last_speech: float = 0.0  # the end of the last word timed (seconds)
     tail: list[int] = field(default_factory=list)  # the last window's incomplete segment (drafting only)
     cpu_free: Callable[[], bool] | None = None  # whether nothing runs beside the decoder now (encoder ahead, draft model)
+    lockstep: dict | None = None  # windows decoded in lockstep: slots, step-graph calls, rows fed
     tokens: list[int] = field(default_factory=list)
     windows: list[WindowResult] = field(default_factory=list)
     stats: DecodeStats = field(default_factory=DecodeStats)
@@ -389,9 +433,13 @@ class WhisperEngine:
         self.verify_cost = verify_cost or VerifyCost.default(device)
         self.drafters: list[Drafter] = list(drafters or [])
         self.tokenmap_drafter = None
+        # The language of the token map's transcripts: what ``transcribe``, ``stream`` and ``listen``
+        # decode in where no language is given (detection on a short command is a guess).
+        self.tokenmap_language: str | None = None
         if tokenmap is not None or learn:
             self.tokenmap_drafter = _make_tokenmap_drafter(tokenmap, self.tokenizer, learn)
             self.drafters.insert(0, self.tokenmap_drafter)
+            self.tokenmap_language = _tokenmap_language(self.tokenmap_drafter.static, self.tokenizer)
         if prompt_lookup:
             from .drafters.prompt_lookup import PromptLookupDrafter
 
@@ -428,8 +476,13 @@ class WhisperEngine:
     # ------------------------------------------------------------------------------------------
     def transcribe(self, audio: AudioInput, language: str | None = None, task: str = "transcribe",
                    **options) -> Result:
-        """Transcribe ``audio`` (a path, bytes, a file object or 16 kHz samples) in one call."""
-        stream = self.transcription(audio, language, task, **options)
+        """Transcribe ``audio`` (a path, bytes, a file object or 16 kHz samples) in one call.
+        With a token map that records a language and no ``language`` given, decodes in the map's
+        language (``Result.language_source`` says where the language came from)."""
+        mapped = self._language_from_map(language, task, options)
+        stream = self.transcription(audio, mapped or language, task, **options)
+        if mapped:
+            stream.run.language_source = "token map"
         result = stream.result()
         opts, ctx_frames = stream.run.opts, stream.run.ctx_frames
         if ctx_frames < N_FRAMES and looks_like_a_loop(len(result.tokens), result.duration_s):
@@ -438,6 +491,7 @@ class WhisperEngine:
                                     **{**_options_dict(opts), "audio_ctx": "full"})
             retry.timings["total_s"] += result.timings["total_s"] - result.timings["audio_s"]
             retry.audio_ctx_fallback = f"{ctx_frames} frames looped ({len(result.tokens)} tokens): decoded in full"
+            retry.language_source = result.language_source
             return retry
         return result
 
@@ -473,7 +527,9 @@ class WhisperEngine:
                    policy=self.policy if opts.draft_len is None else FixedDraftLength(opts.draft_len),
                    language=opts.language, initial=initial,
                    guesser=self.guesser if self.learn else BigramGuesser(self.tokenizer),
-                   timestamps=opts.timestamps == "on" or (opts.timestamps == "auto" and n_content > N_FRAMES))
+                   timestamps=opts.timestamps == "on" or (opts.timestamps == "auto" and n_content > N_FRAMES),
+                   language_source="given" if opts.language else
+                   ("detected" if self.tokenizer.multilingual else "english-only model"))
         run.timings.update(load_s=self.load_seconds, audio_s=t_audio - t_start,
                            features_s=time.perf_counter() - t_audio)
         if run.language is None:
@@ -488,10 +544,28 @@ class WhisperEngine:
                **options) -> LiveStream:
         """A live transcription: ``feed()`` it audio as it arrives and get committed text and the
         tentative tail back as events; ``finish()`` flushes (see ``live``). ``options``: those of
-        ``transcribe`` that a live pass can take, and ``LiveStream``'s own."""
+        ``transcribe`` that a live pass can take, and ``LiveStream``'s own. With a token map that
+        records a language and no ``language`` given, every pass decodes in the map's language."""
         from .live import LiveStream
 
+        language = self._language_from_map(language, task, options) or language
         return LiveStream(self, language, task, step_s, **options)
+
+    def listen(self, language: str | None = None, task: str = "transcribe", **options) -> CommandListener:
+        """Command mode: ``feed()`` it audio as it arrives; each utterance (speech, then
+        ``silence_s`` of silence) is decoded once with ``transcribe`` and comes back as one
+        ``CommandResult`` (see ``listen``). ``options``: ``CommandListener``'s own (endpointing,
+        silence_s, max_utterance_s, ...) and those of ``transcribe``."""
+        from .listen import CommandListener
+
+        return CommandListener(self, language, task, **options)
+
+    def _language_from_map(self, language: str | None, task: str, options: dict) -> str | None:
+        """The token map's language where it applies: no language given, transcription (a
+        translation's source language is not its transcripts'), one language for the whole call."""
+        if language is None and task == "transcribe" and not options.get("multilingual"):
+            return self.tokenmap_language
+        return None
 
     def _detect_language(self, run: _Run, waveform: np.ndarray, mel: np.ndarray, n_content: int) -> None:
         """The language of the first window(s) from the first clip on (faster-whisper's rule: the
@@ -526,7 +600,7 @@ class WhisperEngine:
     def _transcribe_fixed(self, run: _Run, waveform: np.ndarray, mel: np.ndarray,
                           n_content: int) -> Iterator[WindowResult]:
         """Back-to-back 30 s windows without timestamps (of each clip); the next window encodes
-        while one decodes."""
+        while one decodes, and independent windows decode in lockstep where ``batch_size`` asks."""
         clips = seek_clips(run.opts.clip_timestamps, n_content) if run.ctx_frames == N_FRAMES else [(0, n_content)]
         spans = [(start, min(start + N_FRAMES, end)) for begin, end in clips
                  for start in range(begin, max(end, begin + 1), N_FRAMES) if start < max(end, 1)]
@@ -536,12 +610,86 @@ class WhisperEngine:
             return self._window_features(run, waveform, mel, spans[index][0], spans[index][1])
 
         with EncoderAhead(self.lm.encode, segment, len(spans), enabled=self.pipeline) as ahead:
+            if self._lockstep_slots(run, len(spans)) > 1:
+                yield from self._transcribe_lockstep(run, waveform, ahead, spans, n_content)
+                return
             for index, (start, end) in enumerate(spans):
                 if progress:
                     progress(start, n_content)
                 window = self._transcribe_window(run, waveform, ahead, index, start, end)
                 run.windows.append(window)
                 yield window
+        if progress:
+            progress(n_content, n_content)
+
+    def _lockstep_slots(self, run: _Run, n_windows: int) -> int:
+        """How many windows to decode in lockstep (1: one at a time). Their tokens must not depend
+        on ``batch_size``: windows that do not depend on each other (no previous text, no initial
+        prompt, which only the first window would get), decoded greedily or sampled by the
+        verifier (not CTranslate2's ``generate``) on the invariant decoder in the numerics the
+        engine would choose for them anyway, its 1- and 2-thread sessions the same bits
+        (``check.wide``), and at most ``row_ceiling`` rows a call (the self-test's range)."""
+        opts, check = run.opts, self._window_selftest(run.ctx_frames)
+        if opts.batch_size < 2 or n_windows < 2 or opts.condition_on_previous_text or run.initial \
+                or opts.word_timestamps or any(opts.generate_only(t) for t in ladder(opts.temperature)) \
+                or check is None or check.decoder != "invariant" or check.row_floor is None or not check.wide \
+                or not (opts.numerics == "batch-invariant" or (opts.numerics == "auto" and check.preferred)):
+            return 1
+        return min(opts.batch_size, n_windows, check.row_ceiling or 1)
+
+    def _transcribe_lockstep(self, run: _Run, waveform: np.ndarray, ahead: EncoderAhead,
+                             spans: list[tuple[int, int]], n_content: int) -> Iterator[WindowResult]:
+        """Windows a batch at a time, as faster-whisper's batched pipeline: the batch's windows
+        encoded one after another with nothing beside (an encoder beside the decoder's calls
+        slowed both by about 2x), then decoded by one thread each, their decoder calls meeting at
+        one ``LockstepGate`` (see ``invariant_batch``), finished in order."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from .invariant_batch import GatedDecoder, LockstepGate
+
+        slots, progress = self._lockstep_slots(run, len(spans)), run.opts.progress
+        check = self._window_selftest(run.ctx_frames)
+        gate = LockstepGate(self.lm.batch_decoder(check), slots, run.ctx_frames // 2,
+                            wide=lambda: True)
+        quiet = replace(run, chain=DrafterChain([]), guesser=_Unlearned(self.tokenizer.special.eot))
+
+        def decode(job: _WindowJob) -> Attempt:
+            view = GatedDecoder(gate)
+            try:
+                return self._decode_with_fallback(quiet, job, decoder=view)
+            finally:
+                view.release()
+
+        with ThreadPoolExecutor(slots, thread_name_prefix="lockstep") as pool:
+            for first in range(0, len(spans), slots):
+                jobs: list[_WindowJob | WindowResult] = []
+                for index in range(first, min(first + slots, len(spans))):
+                    start, end = spans[index]
+                    if progress:
+                        progress(start, n_content)
+                    samples = waveform[start * 160:end * 160]
+                    if _silent(samples):
+                        jobs.append(WindowResult(start / 100, end / 100, "", [], "skipped", "silence", {},
+                                                 seek=start))
+                        continue
+                    with self.lm.lock:
+                        jobs.append(self._prepare_window(run, ahead, index, start, end, samples, lockstep=True))
+                futures = [pool.submit(decode, job) if isinstance(job, _WindowJob) else None for job in jobs]
+                try:
+                    for job, future in zip(jobs, futures):
+                        if future is None:
+                            window = job
+                        else:
+                            attempt = future.result()
+                            run.guesser.learn([t for t in attempt.tokens if t < self.tokenizer.special.eot])
+                            window = self._finish_window(run, job, attempt)
+                        run.windows.append(window)
+                        yield window
+                finally:
+                    for future in futures:
+                        if future is not None:
+                            future.cancel()
+        run.lockstep = {"slots": slots, "calls": gate.calls, "rows": gate.rows}
         if progress:
             progress(n_content, n_content)
 
@@ -592,57 +740,72 @@ class WhisperEngine:
         samples = waveform[start * 160:end_frame * 160]
         if _silent(samples):
             return WindowResult(start / 100, end_frame / 100, "", [], "skipped", "silence", {}, seek=start)
-        opts, wstats = run.opts, DecodeStats()
         with self.lm.lock:
-            # Chosen before encoding, so that a draft model's encoder can run beside the main one.
-            check = self._window_selftest(run.ctx_frames)
-            numerics, reason, window_policy = self._choose_numerics(opts, run.chain, run.policy,
-                                                                    samples.size / SAMPLE_RATE, check)
-            if (check is None or check.row_floor is None) and numerics == "batch-invariant":
-                numerics, reason = "single-row", "no invariant row range for this encoder length"
-            if numerics == "batch-invariant":
-                for drafter in run.chain.drafters:  # a draft model's encoder then runs beside the main one
-                    if hasattr(drafter, "prepare"):
-                        drafter.prepare(samples)
-            if run.first_encoded is not None and run.first_encoded[:2] == (start, end_frame):
-                _, _, encoder_output, took = run.first_encoded
-                waited = took
-            else:
-                encoder_output, took, waited = ahead.get(index)
-            run.first_encoded = None
-            run.timings["encoder_s"] += took
-            run.timings["encoder_hidden_s"] += max(0.0, took - waited)
-            language = run.language
-            if opts.multilingual:
-                t1 = time.perf_counter()
-                language = self.lm.detect_language(encoder_output)[0]
-                run.timings["language_s"] += time.perf_counter() - t1
+            job = self._prepare_window(run, ahead, index, start, end_frame, samples)
+            attempt = self._decode_with_fallback(run, job)
+        return self._finish_window(run, job, attempt)
+
+    def _prepare_window(self, run: _Run, ahead: EncoderAhead, index: int, start: int, end_frame: int,
+                        samples: np.ndarray, lockstep: bool = False) -> _WindowJob:
+        """What decoding the window needs: its numerics, encoder output, language and prompt (the
+        model's lock held). ``lockstep``: decoded in a lockstep batch, which drafts nothing."""
+        opts = run.opts
+        # Chosen before encoding, so that a draft model's encoder can run beside the main one.
+        check = self._window_selftest(run.ctx_frames)
+        numerics, reason, window_policy = self._choose_numerics(opts, run.chain, run.policy,
+                                                                samples.size / SAMPLE_RATE, check)
+        if lockstep:
+            numerics, reason = "batch-invariant", "decoded in a lockstep batch on the invariant decoder"
+        if (check is None or check.row_floor is None) and numerics == "batch-invariant":
+            numerics, reason = "single-row", "no invariant row range for this encoder length"
+        if numerics == "batch-invariant" and not lockstep:
+            for drafter in run.chain.drafters:  # a draft model's encoder then runs beside the main one
+                if hasattr(drafter, "prepare"):
+                    drafter.prepare(samples)
+        if run.first_encoded is not None and run.first_encoded[:2] == (start, end_frame):
+            _, _, encoder_output, took = run.first_encoded
+            waited = took
+        else:
+            encoder_output, took, waited = ahead.get(index)
+        run.first_encoded = None
+        run.timings["encoder_s"] += took
+        run.timings["encoder_hidden_s"] += max(0.0, took - waited)
+        language = run.language
+        if opts.multilingual:
+            t1 = time.perf_counter()
+            language = self.lm.detect_language(encoder_output)[0]
+            run.timings["language_s"] += time.perf_counter() - t1
+        if not lockstep:  # a lockstep batch encodes its windows before any decodes
             ahead.start_after(index)  # the next window encodes while this one decodes
-            drafting_model = any(hasattr(d, "prepare") for d in run.chain.drafters)  # its thread runs beside
-            run.cpu_free = (lambda: False) if drafting_model else (lambda: not ahead.busy())
-            previous = (run.initial + run.previous)[run.reset_since:]
-            prompt, forced, sot_index = window_prompt(self.tokenizer, language, opts.task, previous, run.timestamps,
-                                                      opts.prefix if start == 0 else None, opts.hotwords)
-            context = WindowContext(prompt=tuple(prompt), eot=self.tokenizer.special.eot,
-                                    max_new_tokens=self._max_new(prompt, opts),
-                                    previous_tokens=tuple(run.previous + run.tail),
-                                    initial_prompt_tokens=tuple(run.initial),
-                                    audio=samples, window_index=index, speech_s=speech_seconds(samples))
-            attempt = self._decode_with_fallback(run, encoder_output, prompt, forced, sot_index, numerics,
-                                                 window_policy, context, wstats, check)
-            if attempt.numerics != numerics:
-                why = opts.generate_only(attempt.temperature) or "no draft after the first token"
-                numerics, reason = attempt.numerics, f"{reason}, but {why}"
-            if opts.thresholds.skip(attempt):
-                run.stats.merge(wstats)
-                return WindowResult(start / 100, end_frame / 100, "", [], "skipped",
-                                    f"no speech (p={attempt.no_speech_prob:.2f})", wstats.to_dict(), seek=start,
-                                    no_speech_prob=attempt.no_speech_prob, avg_logprob=attempt.avg_logprob)
+        drafting_model = any(hasattr(d, "prepare") for d in run.chain.drafters) and not lockstep
+        run.cpu_free = (lambda: False) if drafting_model else (lambda: not ahead.busy())
+        previous = (run.initial + run.previous)[run.reset_since:]
+        prompt, forced, sot_index = window_prompt(self.tokenizer, language, opts.task, previous, run.timestamps,
+                                                  opts.prefix if start == 0 else None, opts.hotwords)
+        context = WindowContext(prompt=tuple(prompt), eot=self.tokenizer.special.eot,
+                                max_new_tokens=self._max_new(prompt, opts),
+                                previous_tokens=tuple(run.previous + run.tail),
+                                initial_prompt_tokens=tuple(run.initial),
+                                audio=samples, window_index=index, speech_s=speech_seconds(samples))
+        return _WindowJob(start, end_frame, numerics, reason, window_policy, check, encoder_output, language,
+                          prompt, forced, sot_index, context, DecodeStats())
+
+    def _finish_window(self, run: _Run, job: _WindowJob, attempt: Attempt) -> WindowResult:
+        """The window's result from its chosen attempt, and what the run carries to the next window."""
+        opts, wstats, start, end_frame = run.opts, job.wstats, job.start, job.end_frame
+        numerics, reason = job.numerics, job.reason
+        if attempt.numerics != numerics:
+            why = opts.generate_only(attempt.temperature) or "no draft after the first token"
+            numerics, reason = attempt.numerics, f"{reason}, but {why}"
         run.stats.merge(wstats)
+        if opts.thresholds.skip(attempt):
+            return WindowResult(start / 100, end_frame / 100, "", [], "skipped",
+                                f"no speech (p={attempt.no_speech_prob:.2f})", wstats.to_dict(), seek=start,
+                                no_speech_prob=attempt.no_speech_prob, avg_logprob=attempt.avg_logprob)
         self._window_tokens += 0.25 * (len(attempt.tokens) - self._window_tokens)  # what a window's fixed costs spread over
         run.timings["prefill_s"] += wstats.prefill_s
         run.timings["decoder_s"] += wstats.prefill_s + wstats.steps_s
-        window = self._window_result(run, attempt, start, end_frame, encoder_output, language)
+        window = self._window_result(run, attempt, start, end_frame, job.encoder_output, job.language)
         window.numerics, window.numerics_reason, window.stats = numerics, reason, wstats.to_dict()
         if not opts.condition_on_previous_text or attempt.temperature > opts.prompt_reset_on_temperature:
             run.reset_since = len(run.initial) + len(run.previous)
@@ -697,12 +860,12 @@ class WhisperEngine:
                 advance = round(ends[-1] * 100) - start
         return advance
 
-    def _decode_with_fallback(self, run: _Run, encoder_output, prompt: list[int], forced: list[int], sot_index: int,
-                              numerics: str, policy, context: WindowContext, wstats: DecodeStats,
-                              check: SelfTestResult | None) -> Attempt:
+    def _decode_with_fallback(self, run: _Run, job: _WindowJob, decoder=None) -> Attempt:
         """Decode at each temperature of the ladder until an attempt passes (see ``fallback``);
-        at temperatures above 0, ``best_of`` seeded samples and the most probable of them."""
+        at temperatures above 0, ``best_of`` seeded samples and the most probable of them.
+        ``decoder``: the window's batch-invariant decoder, where not the model's own choice."""
         opts, thresholds = run.opts, run.opts.thresholds
+        forced, context = job.forced, job.context
         eot = self.tokenizer.special.eot
         attempts: list[Attempt] = []
         for number, temperature in enumerate(ladder(opts.temperature)):
@@ -710,12 +873,13 @@ class WhisperEngine:
             for k in range(opts.best_of if temperature > 0 else 1):
                 sampler = PositionSampler(temperature, opts.seed, context.window_index,
                                           number * opts.best_of + k) if temperature else None
-                tokens, used, scores = self._decode(encoder_output, prompt, forced, sot_index, numerics, run.chain,
-                                                    policy, context, wstats, check, run.guesser, run.opts,
+                tokens, used, scores = self._decode(job.encoder_output, job.prompt, forced, job.sot_index,
+                                                    job.numerics, run.chain, job.policy, context, job.wstats,
+                                                    job.check, run.guesser, run.opts,
                                                     sampler=sampler, timestamps=run.timestamps,
                                                     need_scores=thresholds.need_scores or opts.scores
                                                     or (temperature > 0 and opts.best_of > 1),
-                                                    cpu_free=run.cpu_free)
+                                                    cpu_free=run.cpu_free, decoder=decoder)
                 text = self.tokenizer.decode([t for t in forced + tokens if t < eot]).strip()
                 n = len([t for t in forced + tokens if t != eot])  # faster-whisper counts the prefix
                 avg = None if scores is None else scores[0] / (n + 1)
@@ -743,7 +907,8 @@ class WhisperEngine:
         numerics = used.pop() if len(used) == 1 else ("mixed" if used else "none")
         return Result(text="".join(w.text for w in run.windows).strip(), tokens=run.tokens,
                       language=run.language or "en", language_probability=run.language_prob, numerics=numerics,
-                      duration_s=waveform.size / SAMPLE_RATE, timings=run.timings, stats=run.stats.to_dict(),
+                      duration_s=waveform.size / SAMPLE_RATE, timings=run.timings,
+                      stats=dict(run.stats.to_dict(), **({"lockstep": run.lockstep} if run.lockstep else {})),
                       windows=run.windows, model=str(self.model_dir), device=self.lm.device,
                       compute_type=self.lm.compute_type, threads=self.lm.threads,
                       decoder_threads=self.lm.decoder_threads, row_floor=self.row_floor,
@@ -752,7 +917,7 @@ class WhisperEngine:
                       contract=self.selftest_result.contract if self.selftest_result else "none: no self-test",
                       encoder=self.lm.encoder_choice.name,
                       audio_ctx=run.ctx_frames, temperature=run.opts.temperature, seed=run.opts.seed,
-                      timestamps=run.timestamps)
+                      timestamps=run.timestamps, language_source=run.language_source)
 
     # ------------------------------------------------------------------------------------------
     def _choose_numerics(self, opts: TranscribeOptions, chain: DrafterChain,
@@ -798,7 +963,7 @@ class WhisperEngine:
                 wstats: DecodeStats, check: SelfTestResult | None, guesser: BigramGuesser, opts: TranscribeOptions,
                 sampler: PositionSampler | None = None, timestamps: bool = False,
                 need_scores: bool = False, cpu_free: Callable[[], bool] | None = None,
-                ) -> tuple[list[int], str, tuple[float, float] | None]:
+                decoder=None) -> tuple[list[int], str, tuple[float, float] | None]:
         """The window's tokens after the prompt (EOT included where reached), the numerics they were
         decoded in, and with ``need_scores`` (sum of their log-probabilities, ``<|nospeech|>``
         probability). ``opts.numerics == "auto"``: the policy chose the numerics, so the first-token
@@ -826,7 +991,8 @@ class WhisperEngine:
         from .verifier import DecoderSession
 
         chain.begin(context)
-        decoder = self.lm.batch_decoder(check) if numerics == "batch-invariant" else self.lm.decoder
+        if decoder is None or numerics != "batch-invariant":
+            decoder = self.lm.batch_decoder(check) if numerics == "batch-invariant" else self.lm.decoder
         session = DecoderSession(self.lm, encoder_output, prompt, numerics,
                                  row_floor=(check.row_floor if check else None) or 2,
                                  row_ceiling=(check.row_ceiling if check else None) or 17, sampler=sampler,
@@ -899,6 +1065,26 @@ class WhisperEngine:
             raise SpecWhisperError("nothing learned: the engine was created without learn=True",
                                    where="--learn-save", hint="add --learn")
         return self.tokenmap_drafter.save(path)
+
+
+def _tokenmap_language(tmap, tokenizer) -> str | None:
+    """The language a token map records, checked against the model (None: the map implies none;
+    English-only models transcribe English whatever the map says, so it implies nothing there)."""
+    language = tmap.header.language if tmap is not None else None
+    if language is None or not tokenizer.multilingual:
+        if language not in (None, "en"):
+            warnings.warn(f"token map {tmap.source} records language {language!r}, but this model transcribes "
+                          "English only: the map's language is ignored", stacklevel=3)
+        return None
+    try:
+        tokenizer.language_token(language)
+    except SpecWhisperError:
+        from .errors import TokenMapError
+
+        raise TokenMapError(f"token map records language {language!r}, which this model does not know",
+                            where=tmap.source, hint="rebuild it with: specwhisper tokenmap build ... "
+                                                    "--language CODE (or --language none)") from None
+    return language
 
 
 def _make_tokenmap_drafter(path: str | Path | None, tokenizer, learn: bool) -> Drafter:

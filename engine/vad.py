@@ -233,6 +233,37 @@ class SileroVADModel:
         return probs
 
 
+class VadStream:
+    """Speech probabilities frame by frame, the model's state carried from frame to frame: what a
+    live endpointer needs (``SileroVADModel.__call__`` starts afresh on every call). Each frame is
+    its own model call, so the probabilities do not depend on how the audio was chunked; for the
+    stock file they equal ``SileroVADModel.__call__`` over the same frames."""
+
+    def __init__(self, model: SileroVADModel) -> None:
+        self.model = model
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the audio so far: the next frame is scored as the first of a stream."""
+        self._context = np.zeros(CONTEXT, dtype=np.float32)
+        shape = (1, 1, 128) if self.model.sequence else (2, 1, 128)
+        self._state = [np.zeros(shape, dtype=np.float32)] * (2 if self.model.sequence else 1)
+
+    def __call__(self, frame: np.ndarray) -> float:
+        """The speech probability of the next ``FRAME`` samples (16 kHz float32)."""
+        window = np.concatenate([self._context, frame])[None, :]
+        self._context = frame[-CONTEXT:].copy()
+        session = self.model.session
+        if self.model.sequence:  # faster-whisper's export: (output, h, c)
+            out, h, c = session.run(None, {"input": window, "h": self._state[0], "c": self._state[1]})
+            self._state = [h, c]
+        else:
+            out, state = session.run(None, {"input": window, "state": self._state[0],
+                                            "sr": np.array(16000, dtype=np.int64)})
+            self._state = [state]
+        return float(np.asarray(out).reshape(-1)[-1])
+
+
 def find_model_path() -> Path:
     """$SPECWHISPER_VAD_MODEL, else silero_vad.onnx from the first installed package that ships it."""
     if override := os.environ.get(MODEL_ENV):

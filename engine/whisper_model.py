@@ -275,7 +275,8 @@ class BatchedInferencePipeline:
         # its tokens do not depend on its neighbours or on batch_size), and the next chunk's
         # encoder runs beside this one's decoder.
         fw.update(clip_timestamps=[t for span in spans for t in span])
-        segments, run_info = model.transcribe(waveform, info.language, task, **{**fw, **specwhisper_options})
+        segments, run_info = model.transcribe(waveform, info.language, task,
+                                              **{**fw, "batch_size": batch_size, **specwhisper_options})
 
         def with_stats() -> Iterator[Segment]:
             yield from segments

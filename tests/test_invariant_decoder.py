@@ -228,3 +228,63 @@ def test_scores_recorded_while_decoding_equal_the_scoring_pass(invariant_engine,
             tokens, (recorded, recorded_no_speech) = _scored_window(engine, enc, drafter, k, record=True)
             assert tokens == oracle, clip["audio"]
             assert recorded == passed and recorded_no_speech == no_speech, clip["audio"]
+
+
+def _greedy_logits(decoder, enc, prompt, eot: int, n: int = 24) -> tuple[list[int], np.ndarray]:
+    """Greedy tokens of one window and the logits of every position (1-row calls)."""
+    state, first = decoder.prefill(enc, prompt)
+    logits, tokens = [np.asarray(first, np.float32).reshape(-1)], []
+    while len(tokens) < n:
+        tokens.append(int(np.argmax(logits[-1])))
+        if tokens[-1] == eot:
+            break
+        logits.append(np.asarray(decoder.forward_step(state, tokens[-1]), np.float32).reshape(-1))
+    return tokens, np.stack(logits)
+
+
+def test_lockstep_windows_equal_alone_and_failures_hang_nothing(invariant_engine, shared_data):
+    """Windows decoded together at a ``LockstepGate`` get the logits each gets alone, bit for bit,
+    in fewer calls; a window whose prompt fails holds no slot; a failed call reaches every window
+    that waits on it instead of hanging them, and their slots come free."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from specwhisper.invariant_batch import GatedDecoder, LockstepGate
+
+    engine = invariant_engine
+    if not engine.selftest_result.wide:
+        pytest.skip("the invariant decoder's 1- and 2-thread sessions differ here: no lockstep batches")
+    decoder, prompt, eot = engine.lm.invariant_decoder(), engine.tokenizer.sot_sequence("en"), engine.tokenizer.special.eot
+    encs = [encode_clip(engine, c["path"])[0] for c in representative(shared_data)[:3]]
+    alone = [_greedy_logits(decoder.widened(), enc, prompt, eot) for enc in encs]
+    frames = np.asarray(encs[0]).shape[-2]
+    gate = LockstepGate(decoder, 3, frames, wide=lambda: True)
+
+    def gated(enc):
+        view = GatedDecoder(gate)
+        try:
+            return _greedy_logits(view, enc, prompt, eot)
+        finally:
+            view.release()
+
+    with ThreadPoolExecutor(3) as pool:
+        together = [f.result(timeout=300) for f in [pool.submit(gated, enc) for enc in encs]]
+    for (tokens, logits), (tokens_alone, logits_alone) in zip(together, alone):
+        assert tokens == tokens_alone and np.array_equal(logits, logits_alone)
+    assert gate.calls < gate.rows == sum(len(t) - (t[-1] == eot) for t, _ in alone)
+
+    short = GatedDecoder(gate)
+    with pytest.raises(ValueError, match="encoder frames"):
+        short.prefill(np.asarray(encs[0])[:, :frames // 2], prompt)
+    assert sorted(gate._free) == [0, 1, 2] and not gate._active
+
+    views = [GatedDecoder(gate) for _ in range(2)]
+    states = [view.prefill(enc, prompt)[0] for view, enc in zip(views, encs)]
+    with ThreadPoolExecutor(2) as pool:
+        calls = [pool.submit(views[0].forward_step, states[0], prompt[-1]),
+                 pool.submit(views[1].forward_step, states[1], 10 ** 7)]  # out of it: the call fails
+        for call in calls:
+            with pytest.raises(Exception):  # noqa: B017 (ONNX Runtime's own error type)
+                call.result(timeout=120)
+    for view in views:
+        view.release()
+    assert sorted(gate._free) == [0, 1, 2] and not gate._active

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import time
 from pathlib import Path
 
@@ -111,6 +112,27 @@ def test_damaged_map_is_refused(car_map_file, tmp_path, damage):
                 "version": "newer", "trailing": "trailing"}[damage]
     with pytest.raises(TokenMapError, match=expected):
         load_token_map(bad)
+
+
+def test_language_is_recorded_and_maps_without_one_stay_version_1(tok, car_lines, car_map, car_map_file, tmp_path,
+                                                                  tiny_model_dir):
+    """A map records its transcripts' language (format version 2: a 192-byte header); a map without
+    one is written as version 1, the format older readers read, and loads with no language implied."""
+    data = car_map_file.read_bytes()
+    assert car_map.header.language == "en" and struct.unpack_from("<II", data, 8) == (2, 192)
+    st = load_token_map(car_map_file, tok).stats()
+    assert (st["language"], st["format_version"], st["bytes"]) == ("en", 2, len(data))
+    none = build_token_map(car_lines, tok, language=None).save(tmp_path / "none.tmap")
+    old = none.read_bytes()
+    assert struct.unpack_from("<II", old, 8) == (1, 128) and old[128:] == data[192:]  # the same trie
+    loaded = load_token_map(none, tok)
+    assert loaded.header.language is None and loaded.stats()["format_version"] == 1
+    assert build_token_map(car_lines[:50], tok, language="de").header.language == "de"
+    assert build_token_map(car_lines[:50], tok, language="none").header.language is None
+    with pytest.raises(TokenMapError, match="unknown language"):
+        build_token_map(car_lines, tok, language="english")
+    with pytest.raises(TokenMapError, match="English only"):
+        build_token_map(car_lines[:50], WhisperTokenizer.from_model_dir(tiny_model_dir), language="de")
 
 
 def test_budget_caps_the_file(tok, car_lines, car_map):
@@ -258,10 +280,22 @@ def test_cli_build_info_inspect(base_model_dir, shared_data, tmp_path, capsys):
     capsys.readouterr()
     assert main(["tokenmap", "info", str(out), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert info["transcripts"] == 3060 and info["nodes"] > 1000
+    assert info["transcripts"] == 3060 and info["nodes"] > 1000 and info["language"] == "en"
     assert main(["tokenmap", "inspect", str(out), "Navigate to 12 Baker", "--model", str(base_model_dir)]) == 0
     text = capsys.readouterr().out
     assert "context ' Baker'" in text and " Street" in text and "draft:" in text
+
+
+def test_cli_build_records_the_language(base_model_dir, shared_data, tmp_path, capsys):
+    src, out = str(shared_data / "domain/car/train.txt"), tmp_path / "none.tmap"
+    assert main(["tokenmap", "build", src, "--model", str(base_model_dir), "-o", str(out), "--language", "none"]) == 0
+    assert "no language" in capsys.readouterr().err
+    assert main(["tokenmap", "info", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["language"] is None and info["format_version"] == 1
+    bad = tmp_path / "bad.tmap"
+    assert main(["tokenmap", "build", src, "--model", str(base_model_dir), "-o", str(bad), "--language", "xx"]) == 2
+    assert "unknown language" in capsys.readouterr().err and not bad.exists()
 
 
 @pytest.mark.parametrize("kind", ["empty", "binary", "latin1", "long_line", "jsonl_no_text", "jsonl_broken"])

@@ -6,6 +6,10 @@ lights." (first token with a leading space, as a rule), then EOT. So each transc
 after the prompt and end where utterances end. The variant without the leading space is counted
 too, but only its windows that differ from the main form (its first word), so other counts do not
 double.
+
+A map also records the language of its transcripts (``language``, "en" by default; None records
+none): transcribing with the map then decodes in that language unless one is given, where
+detection on a short command is a guess (see ``format``).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import numpy as np
 
 from specwhisper.errors import TokenMapError
 
-from .format import HEADER_SIZE, TokenMap, TokenMapHeader, encoded_size
+from .format import HEADER_SIZES, TokenMap, TokenMapHeader, encoded_size
 from .trie import assemble, build_levels, disassemble, filter_levels, merge_levels, nodes_within, windows_for
 
 DEFAULT_N = 3
@@ -26,6 +30,7 @@ DEFAULT_MIN_COUNT = 2
 DEFAULT_PREFIX_MIN_COUNT = 1
 DEFAULT_TOP_K = 8
 DEFAULT_BUDGET = 64 * 1024 * 1024
+DEFAULT_LANGUAGE = "en"  # the language of the transcripts unless told (None or "none": no language recorded)
 MAX_DEPTH = 32  # n + max_len; deeper n-gram paths cost space and never match held-out speech
 BYTES_PER_NODE = 16
 
@@ -113,9 +118,26 @@ def tokenize_transcripts(texts: Iterable[str], tokenizer, total: int | None = No
     return seqs
 
 
+def check_language(language: str | None, tokenizer=None) -> str | None:
+    """A map's language as recorded: a Whisper language code, or None for "none" or None.
+    With ``tokenizer``, the code must be one its model transcribes (English-only models: en)."""
+    from specwhisper.tokenizer import LANGUAGE_CODES
+
+    if language is None or language == "none":
+        return None
+    if not isinstance(language, str) or language not in LANGUAGE_CODES:
+        raise TokenMapError(f"unknown language {language!r} for the transcripts", where="--language",
+                            hint="use a Whisper language code such as en, de, es (or none to record no language)")
+    if tokenizer is not None and not getattr(tokenizer, "multilingual", True) and language != "en":
+        raise TokenMapError(f"language {language!r}: this model transcribes English only", where="--language",
+                            hint="use --language en, or build the map for a multilingual model")
+    return language
+
+
 def build_from_sequences(seqs: Sequences, params: BuildParams, fingerprint: str, vocab_size: int,
-                         flags: int = 0, base: TokenMap | None = None) -> TokenMap:
-    """Count, prune and lay out; with ``base``, add its counts first (a learned map merged into a static one)."""
+                         flags: int = 0, base: TokenMap | None = None, language: str | None = None) -> TokenMap:
+    """Count, prune and lay out; with ``base``, add its counts first (a learned map merged into a
+    static one, whose language it keeps unless ``language`` is given)."""
     flat = np.asarray(seqs.flat, dtype=np.int64)
     starts, lengths = windows_for(seqs.lengths, params.n + params.max_len, seqs.extra)
     levels = build_levels(flat, starts, lengths, seqs.begin, min_count=params.min_count,
@@ -127,7 +149,9 @@ def build_from_sequences(seqs: Sequences, params: BuildParams, fingerprint: str,
         root_count += int(base.count(0))
         n_sequences += base.header.n_sequences
         n_tokens += base.header.n_tokens
-    budget_nodes = (params.budget_bytes - HEADER_SIZE) // BYTES_PER_NODE
+    if base is not None and language is None:
+        language = base.header.language
+    budget_nodes = (params.budget_bytes - HEADER_SIZES[2 if language else 1]) // BYTES_PER_NODE
     threshold = nodes_within(levels, budget_nodes)
     if threshold > 1:
         levels = filter_levels(levels, threshold)
@@ -136,26 +160,28 @@ def build_from_sequences(seqs: Sequences, params: BuildParams, fingerprint: str,
                             begin=seqs.begin, eot=seqs.eot, n_sequences=n_sequences, n_tokens=n_tokens,
                             min_count=max(params.min_count, threshold),
                             prefix_min_count=max(params.prefix_min_count, threshold), top_k=params.top_k or 0,
-                            flags=flags)
+                            flags=flags, language=language)
     return TokenMap(header, arrays)
 
 
 def build_token_map(texts: Iterable[str], tokenizer, n: int = DEFAULT_N, max_len: int = DEFAULT_MAX_LEN,
                     min_count: int = DEFAULT_MIN_COUNT, top_k: int | None = DEFAULT_TOP_K,
                     budget_bytes: int = DEFAULT_BUDGET, prefix_min_count: int = DEFAULT_PREFIX_MIN_COUNT,
-                    progress: Progress | None = None) -> TokenMap:
+                    progress: Progress | None = None, language: str | None = DEFAULT_LANGUAGE) -> TokenMap:
     """Build a map from transcripts (one utterance each). Deterministic: same input, same bytes.
 
     ``n``: longest context; ``max_len``: longest continuation stored after it; ``min_count``: fewer
     occurrences than this and an n-gram node is dropped; ``prefix_min_count``: the same for whole-
     utterance prefixes (1 keeps every transcript recallable); ``top_k``: continuations kept per
-    context; ``budget_bytes``: the file size cap (rarest nodes go first).
+    context; ``budget_bytes``: the file size cap (rarest nodes go first); ``language``: the
+    language of the transcripts, recorded in the map (a Whisper code; None or "none": no language).
     """
     params = BuildParams(n, max_len, min_count, prefix_min_count, top_k, budget_bytes)
+    language = check_language(language, tokenizer)
     texts = list(texts) if progress is not None and not isinstance(texts, list) else texts
     total = len(texts) if isinstance(texts, list) else None
     seqs = tokenize_transcripts(texts, tokenizer, total, progress)
     if seqs.n_sequences == 0:
         raise TokenMapError("no transcripts to build from (all empty)", where="transcripts",
                             hint="pass text files with one transcript per line, or JSONL manifests with a 'text' field")
-    return build_from_sequences(seqs, params, tokenizer.fingerprint(), tokenizer.vocab_size)
+    return build_from_sequences(seqs, params, tokenizer.fingerprint(), tokenizer.vocab_size, language=language)

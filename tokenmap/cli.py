@@ -17,6 +17,7 @@ from specwhisper.errors import TokenMapError
 
 from .build import (
     DEFAULT_BUDGET,
+    DEFAULT_LANGUAGE,
     DEFAULT_MAX_LEN,
     DEFAULT_MIN_COUNT,
     DEFAULT_N,
@@ -51,6 +52,10 @@ def add_tokenmap_parser(subparsers) -> None:
                    help="continuations kept per context, 0 for all (default %(default)s)")
     b.add_argument("--budget", default=f"{DEFAULT_BUDGET // (1 << 20)}M",
                    help="largest file size, e.g. 500k, 64M, 1G (default %(default)s); rarest entries go first")
+    b.add_argument("--language", default=DEFAULT_LANGUAGE,
+                   help="language of the transcripts, recorded in the map: transcribing with the map decodes in it "
+                        "unless --language is given there (default %(default)s; 'none' records none: the language "
+                        "is then detected)")
     b.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
 
     i = sub.add_parser("info", help="print a map's header and statistics")
@@ -94,10 +99,12 @@ def parse_size(text: str) -> int:
 
 
 def _build(args) -> int:
+    from .build import check_language
     from .corpus import read_transcripts
 
     t0 = time.perf_counter()
     budget = parse_size(args.budget)
+    check_language(args.language)  # a typo fails before the transcripts are read
     texts = read_transcripts(args.transcripts)
     tokenizer = _tokenizer(args.model)
     progress = None
@@ -105,12 +112,14 @@ def _build(args) -> int:
         progress = _progress_bar("tokenising")
     tmap = build_token_map(texts, tokenizer, n=args.n, max_len=args.max_len, min_count=args.min_count,
                            top_k=args.top_k or None, budget_bytes=budget, prefix_min_count=args.prefix_min_count,
-                           progress=progress)
+                           progress=progress, language=args.language)
     path = tmap.save(args.output)
     if not args.quiet:
         st = tmap.stats()
+        language = f"language {st['language']}" if st["language"] else "no language"
         print(f"{path}: {st['transcripts']} transcripts, {st['tokens']} tokens -> {st['nodes']} nodes, "
-              f"{st['bytes'] / 1e6:.2f} MB in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+              f"{st['bytes'] / 1e6:.2f} MB, {language} (--language) in {time.perf_counter() - t0:.1f} s",
+              file=sys.stderr)
     return 0
 
 

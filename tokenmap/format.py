@@ -8,6 +8,14 @@ Layout (version 1)::
     payload: token int32[M] | count uint32[M] | best int32[M] | child_lo uint32[M + 1]
         each array starting on a 64-byte boundary
 
+Version 2 adds the language of the transcripts (a Whisper code such as "en"): the 128 bytes of
+version 1 (version 2, header size 192), then the code in 16 ASCII bytes, NUL-padded, and zeros to
+192 bytes; the checksum covers all 192. The language is what a map implies for transcription
+(``--tokenmap`` sets it unless ``--language`` is given): detection on short commands is unreliable
+(base picked Thai, Latvian and Latin for accented English commands), and the map knows better.
+A map without a language is written as version 1, so older readers still read it; version 1
+files load with no language implied.
+
 Why not pickle or npz: a map is untrusted input that must load in milliseconds; fixed arrays are
 mapped straight from the file, and nothing in them can run code.
 """
@@ -17,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import re
 import struct
 from bisect import bisect_left
 from collections.abc import Sequence
@@ -31,8 +40,10 @@ from specwhisper.io_utils import atomic_write_bytes
 from .trie import TrieArrays
 
 MAGIC = b"SWTOKMAP"
-FORMAT_VERSION = 1
-HEADER_SIZE = 128
+FORMAT_VERSION = 2  # the newest version this code reads and writes
+HEADER_SIZE = 128  # version 1's header, the fixed start of every version's
+HEADER_SIZES = {1: HEADER_SIZE, 2: 192}  # by version
+LANGUAGE_BYTES = 16
 ALIGN = 64
 FLAG_LEARNED = 1  # written by online learning (--learn-save), not by the builder
 
@@ -58,6 +69,16 @@ class TokenMapHeader:
     prefix_min_count: int
     top_k: int  # 0: no per-context limit
     flags: int = 0
+    language: str | None = None  # of the transcripts (version 2); None: no language implied
+
+    @property
+    def version(self) -> int:
+        """The format version this header is written in: 2 only where it holds a language."""
+        return 2 if self.language else 1
+
+    @property
+    def size(self) -> int:
+        return HEADER_SIZES[self.version]
 
 
 class TokenMap:
@@ -189,11 +210,13 @@ class TokenMap:
         h = self.header
         begin_kids = self.fanout(self.begin_node) if self.begin_node >= 0 else 0
         return {
-            "format_version": FORMAT_VERSION, "fingerprint": h.fingerprint, "vocab_size": h.vocab_size,
+            "format_version": h.version, "language": h.language, "fingerprint": h.fingerprint,
+            "vocab_size": h.vocab_size,
             "n": h.n, "max_len": h.max_len, "begin": h.begin, "eot": h.eot, "learned": bool(h.flags & FLAG_LEARNED),
             "transcripts": h.n_sequences, "tokens": h.n_tokens, "nodes": self.n_nodes,
             "unigram_contexts": self.fanout(0), "utterance_starts": begin_kids, "min_count": h.min_count,
-            "prefix_min_count": h.prefix_min_count, "top_k": h.top_k or None, "bytes": encoded_size(self.n_nodes),
+            "prefix_min_count": h.prefix_min_count, "top_k": h.top_k or None,
+            "bytes": encoded_size(self.n_nodes, h.language),
         }
 
     # --- files --------------------------------------------------------------------------------
@@ -219,8 +242,9 @@ def _layout(n_nodes: int) -> tuple[list[int], int]:
     return offsets, pos
 
 
-def encoded_size(n_nodes: int) -> int:
-    return HEADER_SIZE + _layout(n_nodes)[1]
+def encoded_size(n_nodes: int, language: str | None = None) -> int:
+    """File size of a map of ``n_nodes`` nodes (with a language: a version 2 header)."""
+    return HEADER_SIZES[2 if language else 1] + _layout(n_nodes)[1]
 
 
 def encode(header: TokenMapHeader, arrays: TrieArrays) -> bytes:
@@ -237,10 +261,12 @@ def encode(header: TokenMapHeader, arrays: TrieArrays) -> bytes:
 
 def _pack(h: TokenMapHeader, n_nodes: int, payload_size: int, checksum: bytes) -> bytes:
     fp = h.fingerprint.encode("ascii")[:16].ljust(16, b"\0")
-    raw = _HEADER.pack(MAGIC, FORMAT_VERSION, HEADER_SIZE, fp, h.vocab_size, h.n, h.max_len, h.begin, h.eot, h.flags,
+    raw = _HEADER.pack(MAGIC, h.version, h.size, fp, h.vocab_size, h.n, h.max_len, h.begin, h.eot, h.flags,
                        n_nodes, h.n_sequences, h.n_tokens, h.min_count, h.prefix_min_count, h.top_k, payload_size,
                        checksum)
-    return raw.ljust(HEADER_SIZE, b"\0")
+    if h.language:
+        raw += h.language.encode("ascii").ljust(LANGUAGE_BYTES, b"\0")
+    return raw.ljust(h.size, b"\0")
 
 
 def load(path: str | os.PathLike[str], fingerprint: str | None = None, vocab_size: int | None = None) -> TokenMap:
@@ -259,8 +285,7 @@ def load(path: str | os.PathLike[str], fingerprint: str | None = None, vocab_siz
             raise TokenMapError(f"not a token map, or truncated: {size} bytes is shorter than the header",
                                 where=where, hint=_REBUILD)
         buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    head = bytes(buf[:HEADER_SIZE])
-    fields = _HEADER.unpack_from(head)
+    fields = _HEADER.unpack_from(buf[:HEADER_SIZE])
     (magic, version, header_size, fp, vocab, n, max_len, begin, eot, flags, n_nodes, n_seq, n_tok, min_count,
      prefix_min, top_k, payload_size, checksum) = fields
     if magic != MAGIC:
@@ -268,19 +293,21 @@ def load(path: str | os.PathLike[str], fingerprint: str | None = None, vocab_siz
     if version > FORMAT_VERSION:
         raise TokenMapError(f"token map format version {version} is newer than this specwhisper reads "
                             f"(up to {FORMAT_VERSION})", where=where, hint="upgrade specwhisper, or " + _REBUILD)
-    if version != FORMAT_VERSION or header_size != HEADER_SIZE:
+    if HEADER_SIZES.get(version) != header_size:
         raise TokenMapError(f"unsupported token map format version {version}", where=where, hint=_REBUILD)
     _offsets, expected_payload = _layout(n_nodes) if n_nodes < (1 << 32) else ([], -1)
     if payload_size != expected_payload or n_nodes < 1:
         raise TokenMapError("corrupt token map: header sizes are inconsistent", where=where, hint=_REBUILD)
-    if size != HEADER_SIZE + payload_size:
-        kind = "truncated" if size < HEADER_SIZE + payload_size else "corrupt (trailing bytes)"
-        raise TokenMapError(f"token map is {kind}: {size} bytes, expected {HEADER_SIZE + payload_size}",
+    if size != header_size + payload_size:
+        kind = "truncated" if size < header_size + payload_size else "corrupt (trailing bytes)"
+        raise TokenMapError(f"token map is {kind}: {size} bytes, expected {header_size + payload_size}",
                             where=where, hint=_REBUILD)
+    head = bytes(buf[:header_size])
     digest = hashlib.sha256(head[:_CHECKSUM_AT] + b"\0" * 32 + head[_CHECKSUM_AT + 32:])
-    digest.update(memoryview(buf)[HEADER_SIZE:])
+    digest.update(memoryview(buf)[header_size:])
     if digest.digest() != checksum:
         raise TokenMapError("token map is corrupt (checksum mismatch)", where=where, hint=_REBUILD)
+    language = _language_in(head, version, where)
     fingerprint_in_file = fp.rstrip(b"\0").decode("ascii", "replace")
     if fingerprint is not None and fingerprint != fingerprint_in_file:
         raise TokenMapError(f"token map was built for another tokenizer (fingerprint {fingerprint_in_file}, this "
@@ -289,12 +316,23 @@ def load(path: str | os.PathLike[str], fingerprint: str | None = None, vocab_siz
     if vocab_size is not None and vocab_size != vocab:
         raise TokenMapError(f"token map was built for a vocabulary of {vocab} tokens, this model has {vocab_size}",
                             where=where, hint=_REBUILD)
-    arrays = TrieArrays(*(np.frombuffer(buf, dtype=dtype, count=n_nodes + extra, offset=HEADER_SIZE + off)
+    arrays = TrieArrays(*(np.frombuffer(buf, dtype=dtype, count=n_nodes + extra, offset=header_size + off)
                           for (_name, dtype, extra), off in zip(_ARRAYS, _offsets)))
     _check_structure(arrays, where)
     header = TokenMapHeader(fingerprint_in_file, vocab, n, max_len, begin, eot, n_seq, n_tok, min_count, prefix_min,
-                            top_k, flags)
+                            top_k, flags, language)
     return TokenMap(header, arrays, where, _buffer=buf)
+
+
+def _language_in(head: bytes, version: int, where: str) -> str | None:
+    """The language code of a version 2 header (None for version 1)."""
+    if version < 2:
+        return None
+    raw = head[HEADER_SIZE:HEADER_SIZE + LANGUAGE_BYTES].rstrip(b"\0")
+    if not re.fullmatch(rb"[a-z]{2,8}", raw):
+        raise TokenMapError(f"corrupt token map: language field {raw!r} is not a language code", where=where,
+                            hint=_REBUILD)
+    return raw.decode("ascii")
 
 
 def _check_structure(a: TrieArrays, where: str) -> None:

@@ -1,0 +1,203 @@
+"""Command mode: audio chunks in, one final result per utterance out (``engine.listen()``).
+
+A voice command is short and wanted whole: there is no text to show while it is spoken, and
+what matters is how soon after the speaker stops the text is there. So, unlike a live stream
+(``live``), nothing is decoded while someone speaks: an endpointer (``listen_endpoint``: Silero
+VAD where the ``[vad]`` extra is installed, frame energy otherwise) finds where an utterance ends
+(``silence_s`` of silence after speech, or ``max_utterance_s``), and the utterance is decoded
+**once**, by ``engine.transcribe``, so everything the engine does for one call applies: the token
+map and what ``learn=True`` learned draft it, the policy picks its numerics, ``audio_ctx="auto"``
+(the default here) fits the encoder to the short clip, and the token map's language is used where
+none is given (detection on a 2 s accented command is a guess). Speculation keeps it lossless:
+the text is ``transcribe``'s on the same audio with speculation off in the same numerics.
+
+Times are in the stream's clock (seconds of audio fed). ``latency_s`` is what a speaker waits:
+the silence the endpointer waited for after the speech ended (stream time; it passes in real time
+when audio arrives in real time), plus the wall time from the feed that completed that silence to
+the result (decoding, and any utterance decoded before it in the same feed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from numbers import Real
+
+from .audio import SAMPLE_RATE
+from .errors import AudioError, OptionError, SpecWhisperError
+from .listen_endpoint import FRAME, Endpointer, Utterance, frames_of, make_detector
+from .live_input import ChunkQueue
+from .transcriber import Result, TranscribeOptions, WhisperEngine
+
+MAX_UTTERANCE_S = 28.0  # with the pads, an utterance fits one 30 s window
+SET_BY_LISTENER = ("clip_timestamps", "progress")
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """One utterance's final text. ``start_s``/``end_s``: its speech in the stream's clock;
+    ``audio_start_s``/``audio_end_s``: the audio decoded (the speech and up to ``pad_s`` each
+    side); ``reason``: what ended it (``silence``, ``max_length``, ``finish``); ``latency_s``:
+    speech end to result (module docstring), ``decode_s`` of which the decoding; ``stats``: the
+    decoding's tokens, decoder calls, drafts and acceptance, numerics, encoder window; ``result``:
+    the engine's whole ``Result``."""
+
+    text: str
+    start_s: float
+    end_s: float
+    audio_start_s: float
+    audio_end_s: float
+    reason: str
+    language: str
+    language_source: str
+    latency_s: float
+    decode_s: float
+    stats: dict
+    result: Result = field(repr=False, compare=False)
+    kind: str = "command"
+
+    def to_dict(self) -> dict:
+        return {"type": self.kind, "text": self.text, "start_s": round(self.start_s, 3),
+                "end_s": round(self.end_s, 3), "reason": self.reason, "language": self.language,
+                "language_source": self.language_source, "latency_s": round(self.latency_s, 4),
+                "decode_s": round(self.decode_s, 4), **self.stats}
+
+
+class CommandListener:
+    """Command mode (see module docstring); made by ``WhisperEngine.listen()``.
+
+    ``feed(chunk)`` takes float32 16 kHz mono samples (a 1-D numpy array; int16 arrays and int16
+    little-endian PCM bytes too) and returns the results of the utterances it completed;
+    ``finish()`` decodes the utterance under way, if any; ``events(chunks)`` does both for an
+    iterable of chunks. A refused chunk raises ``AudioError`` and leaves the listener as it was.
+
+    ``endpointing``: ``auto`` (Silero VAD where the ``[vad]`` extra is installed, else energy),
+    ``vad`` or ``energy``; ``self.endpointing`` says which runs. ``silence_s``: silence that ends
+    an utterance (0.6 s: pauses inside a command are shorter, and every 0.1 s more is 0.1 s more
+    latency); ``max_utterance_s``: an utterance is cut here; ``min_speech_s``: shorter speech is
+    dropped undecoded; ``pad_s``: audio decoded each side of the speech; ``vad_threshold``: Silero
+    speech probability; ``energy_threshold_db``: a fixed energy level (dBFS) instead of the
+    adaptive one. ``options``: those of ``transcribe`` (numerics, speculation, ...).
+    ``totals``: utterances, dropped ones, and the decodings' counts and seconds summed."""
+
+    def __init__(self, engine: WhisperEngine, language: str | None = None, task: str = "transcribe", *,
+                 endpointing: str = "auto", silence_s: float = 0.6, max_utterance_s: float = 15.0,
+                 min_speech_s: float = 0.15, pad_s: float = 0.3, vad_threshold: float = 0.5,
+                 energy_threshold_db: float | None = None, sample_rate: int = SAMPLE_RATE, **options) -> None:
+        check_listener_options(silence_s, max_utterance_s, min_speech_s, pad_s, vad_threshold, energy_threshold_db)
+        if sample_rate != SAMPLE_RATE:
+            raise AudioError(f"a listener takes 16 kHz audio, got sample_rate={sample_rate!r}",
+                             where="engine.listen(sample_rate=...)",
+                             hint="resample the source to 16000 Hz (e.g. soxr.ResampleStream) before feeding")
+        for name in SET_BY_LISTENER:
+            if name in options:
+                raise OptionError(f"{name} is not an option of a listener", where=name,
+                                  hint="the listener decides what audio each decoding gets")
+        options.setdefault("audio_ctx", "auto")
+        TranscribeOptions(language=language, task=task, **options)  # every option checked now
+        if language is not None:
+            engine.tokenizer.sot_sequence(language, task)  # a code this model knows
+        self.engine, self.language, self.task = engine, language, task
+        self._options = options
+        self.detector = make_detector(endpointing, vad_threshold, energy_threshold_db)
+        self.endpointing: str = self.detector.name
+        self.silence_s = silence_s
+        self._endpointer = Endpointer(frames_of(silence_s), frames_of(max_utterance_s), frames_of(min_speech_s),
+                                      frames_of(pad_s))
+        self._input = ChunkQueue()
+        self._finished = False
+        self.totals: dict = dict.fromkeys(("utterances", "dropped", "decode_s", "encoder_s", "decoder_s", "tokens",
+                                           "decoder_calls", "drafted", "accepted"), 0)
+
+    # -- input -----------------------------------------------------------------------------
+    def feed(self, chunk) -> list[CommandResult]:
+        """Add audio; returns the results of the utterances it completed (usually none)."""
+        if self._finished:
+            raise SpecWhisperError("this listener is finished: feed() after finish()", where="CommandListener.feed",
+                                   hint="start a new one with engine.listen() for more audio")
+        fed_at = time.perf_counter()
+        self._input.add(chunk, where=f"CommandListener.feed (chunk at {self.time_s:.2f} s)")
+        whole = self._input.pending // FRAME * FRAME
+        results = []
+        if whole:
+            block = self._input.take(whole)
+            for start in range(0, whole, FRAME):
+                frame = block[start:start + FRAME]
+                utterance = self._endpointer.push(frame, self.detector(frame))
+                if utterance is not None:
+                    results += self._decode(utterance, fed_at)
+        self.totals["dropped"] = self._endpointer.dropped
+        return results
+
+    def finish(self) -> list[CommandResult]:
+        """Decode the utterance under way, if any; the listener then takes no more audio."""
+        if self._finished:
+            return []
+        self._finished = True
+        utterance = self._endpointer.flush(self._input.take(self._input.pending))
+        self.totals["dropped"] = self._endpointer.dropped
+        return self._decode(utterance, time.perf_counter()) if utterance is not None else []
+
+    def events(self, chunks: Iterable) -> Iterator[CommandResult]:
+        """Feed every chunk, then finish, yielding results as they come."""
+        for chunk in chunks:
+            yield from self.feed(chunk)
+        yield from self.finish()
+
+    @property
+    def time_s(self) -> float:
+        """Seconds of audio fed."""
+        return self._input.fed / SAMPLE_RATE
+
+    @property
+    def buffered_s(self) -> float:
+        """Seconds of audio held: the pre-roll, or the utterance under way."""
+        return (self._endpointer.buffered + self._input.pending) / SAMPLE_RATE
+
+    @property
+    def in_speech(self) -> bool:
+        """Whether an utterance is under way."""
+        return self._endpointer.in_speech
+
+    # -- decoding --------------------------------------------------------------------------
+    def _decode(self, utterance: Utterance, fed_at: float) -> list[CommandResult]:
+        t0 = time.perf_counter()
+        result = self.engine.transcribe(utterance.audio, language=self.language, task=self.task, **self._options)
+        done = time.perf_counter()
+        s, t = result.stats, result.timings
+        stats = {"tokens": s["tokens"], "decoder_calls": s["decoder_calls"], "verify_calls": s["verify_calls"],
+                 "drafted": s["drafted"], "accepted": s["accepted"], "acceptance_rate": s["acceptance_rate"],
+                 "numerics": result.numerics, "audio_ctx": result.audio_ctx,
+                 "encoder_s": round(t.get("encoder_s", 0.0), 4), "decoder_s": round(t.get("decoder_s", 0.0), 4)}
+        totals = self.totals
+        totals["utterances"] += 1
+        totals["decode_s"] += done - t0
+        for key in ("encoder_s", "decoder_s"):
+            totals[key] += t.get(key, 0.0)
+        for key in ("tokens", "decoder_calls", "drafted", "accepted"):
+            totals[key] += s[key]
+        waited = (utterance.decided - utterance.speech_end) / SAMPLE_RATE
+        return [CommandResult(result.text, utterance.speech_start / SAMPLE_RATE, utterance.speech_end / SAMPLE_RATE,
+                              utterance.audio_start / SAMPLE_RATE, utterance.audio_end / SAMPLE_RATE,
+                              utterance.reason, result.language, result.language_source,
+                              waited + done - fed_at, done - t0, stats, result)]
+
+
+def check_listener_options(silence_s: float = 0.6, max_utterance_s: float = 15.0, min_speech_s: float = 0.15,
+                           pad_s: float = 0.3, vad_threshold: float = 0.5,
+                           energy_threshold_db: float | None = None) -> None:
+    """Raise ``OptionError`` for an endpointing option out of range (the CLI asks before loading a model)."""
+    _check_range("silence_s", silence_s, 0.1, 5.0, "e.g. 0.6 (seconds of silence that end a command)")
+    _check_range("max_utterance_s", max_utterance_s, 1.0, MAX_UTTERANCE_S, "e.g. 15")
+    _check_range("min_speech_s", min_speech_s, 0.0, max_utterance_s, "e.g. 0.15")
+    _check_range("pad_s", pad_s, 0.0, 1.0, "e.g. 0.3")
+    _check_range("vad_threshold", vad_threshold, 0.01, 0.99, "e.g. 0.5 (Silero's speech probability)")
+    if energy_threshold_db is not None:
+        _check_range("energy_threshold_db", energy_threshold_db, -100.0, 0.0, "e.g. -40 (dBFS), or None")
+
+
+def _check_range(name: str, value, low: float, high: float, example: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, Real) or not low <= value <= high:
+        raise OptionError(f"{name} must be a number in [{low}, {high}], got {value!r}", where=name,
+                          hint=f"use {example}")
