@@ -49,12 +49,12 @@ class LockstepGate:
         alone makes it (a block of one, the wide session), then its cache and cross-attention
         inputs copied into a free slot. So a lockstep call holds one row per window (at most
         ``slots`` rows, within the self-test's range), and a failed prefill holds no slot."""
-        alone, logits = self.decoder.prefill_rows(encoder_output, prompt, rows)
-        frames = alone.feeds["cross_k_0"].shape[2]
-        if frames != self.frames:
-            raise ValueError(f"a window of {frames} encoder frames in a lockstep batch of {self.frames}")
-        n = alone.current_step
-        with self._cond:
+        with self._cond:  # under the gate's lock: never beside a lockstep call (both take the 2 cores)
+            alone, logits = self.decoder.prefill_rows(encoder_output, prompt, rows)
+            frames = alone.feeds["cross_k_0"].shape[2]
+            if frames != self.frames:
+                raise ValueError(f"a window of {frames} encoder frames in a lockstep batch of {self.frames}")
+            n = alone.current_step
             if not self._free:
                 raise RuntimeError("more windows in flight than lockstep slots")
             slot = min(self._free)

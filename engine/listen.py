@@ -20,14 +20,13 @@ the result (decoding, and any utterance decoded before it in the same feed).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from numbers import Real
 
 from .audio import SAMPLE_RATE
-from .errors import AudioError, OptionError, SpecWhisperError
+from .errors import OptionError, SpecWhisperError
 from .listen_endpoint import FRAME, Endpointer, Utterance, frames_of, make_detector
-from .live_input import ChunkQueue
+from .live_input import ChunkConsumer, ChunkQueue, check_consumer_args
 from .transcriber import Result, TranscribeOptions, WhisperEngine
 
 MAX_UTTERANCE_S = 28.0  # with the pads, an utterance fits one 30 s window
@@ -64,7 +63,7 @@ class CommandResult:
                 "decode_s": round(self.decode_s, 4), **self.stats}
 
 
-class CommandListener:
+class CommandListener(ChunkConsumer):
     """Command mode (see module docstring); made by ``WhisperEngine.listen()``.
 
     ``feed(chunk)`` takes float32 16 kHz mono samples (a 1-D numpy array; int16 arrays and int16
@@ -86,14 +85,8 @@ class CommandListener:
                  min_speech_s: float = 0.15, pad_s: float = 0.3, vad_threshold: float = 0.5,
                  energy_threshold_db: float | None = None, sample_rate: int = SAMPLE_RATE, **options) -> None:
         check_listener_options(silence_s, max_utterance_s, min_speech_s, pad_s, vad_threshold, energy_threshold_db)
-        if sample_rate != SAMPLE_RATE:
-            raise AudioError(f"a listener takes 16 kHz audio, got sample_rate={sample_rate!r}",
-                             where="engine.listen(sample_rate=...)",
-                             hint="resample the source to 16000 Hz (e.g. soxr.ResampleStream) before feeding")
-        for name in SET_BY_LISTENER:
-            if name in options:
-                raise OptionError(f"{name} is not an option of a listener", where=name,
-                                  hint="the listener decides what audio each decoding gets")
+        check_consumer_args("a listener", "engine.listen", sample_rate, options, SET_BY_LISTENER,
+                            "the listener decides what audio each decoding gets")
         options.setdefault("audio_ctx", "auto")
         TranscribeOptions(language=language, task=task, **options)  # every option checked now
         if language is not None:
@@ -138,17 +131,6 @@ class CommandListener:
         utterance = self._endpointer.flush(self._input.take(self._input.pending))
         self.totals["dropped"] = self._endpointer.dropped
         return self._decode(utterance, time.perf_counter()) if utterance is not None else []
-
-    def events(self, chunks: Iterable) -> Iterator[CommandResult]:
-        """Feed every chunk, then finish, yielding results as they come."""
-        for chunk in chunks:
-            yield from self.feed(chunk)
-        yield from self.finish()
-
-    @property
-    def time_s(self) -> float:
-        """Seconds of audio fed."""
-        return self._input.fed / SAMPLE_RATE
 
     @property
     def buffered_s(self) -> float:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from numbers import Real
 
@@ -45,11 +45,11 @@ import numpy as np
 
 from .audio import SAMPLE_RATE
 from .backend import MAX_POSITIONS
-from .errors import AudioError, OptionError, SpecWhisperError
+from .errors import OptionError, SpecWhisperError
 from .fallback import COMPRESSION_RATIO_THRESHOLD, compression_ratio
 from .features import N_FRAMES
 from .live_agreement import agreed_length, creeping_loop, cut_repetition
-from .live_input import ChunkQueue
+from .live_input import ChunkConsumer, ChunkQueue, check_consumer_args
 from .timestamps import SECONDS_PER_TIMESTAMP
 from .transcriber import (
     LOOP_TOKENS_MIN,
@@ -115,7 +115,7 @@ def decode_pass(engine: WhisperEngine, audio: np.ndarray, **options) -> tuple[Wi
     raise SpecWhisperError("a live pass produced no window", where="live pass")  # not reached: audio is non-empty
 
 
-class LiveStream:
+class LiveStream(ChunkConsumer):
     """A live transcription (see module docstring); made by ``WhisperEngine.stream()``.
 
     ``feed(chunk)`` takes float32 16 kHz mono samples (a 1-D numpy array; int16 arrays and int16
@@ -141,15 +141,9 @@ class LiveStream:
                 not 2 * step_s <= max_buffer_s <= WINDOW_SAMPLES / SAMPLE_RATE - step_s:
             raise OptionError(f"max_buffer_s must be between twice step_s and 30 s less step_s, got {max_buffer_s!r}",
                               where="max_buffer_s", hint="use e.g. 15 (the default)")
-        if sample_rate != SAMPLE_RATE:
-            raise AudioError(f"a live stream takes 16 kHz audio, got sample_rate={sample_rate!r}",
-                             where="engine.stream(sample_rate=...)",
-                             hint="resample the source to 16000 Hz (e.g. soxr.ResampleStream) before feeding")
-        for name in SET_BY_STREAM:
-            if name in options:
-                raise OptionError(f"{name} is not an option of a live stream", where=name,
-                                  hint="the stream sets timestamps, prefix and draft hints itself; "
-                                       "word timestamps and clips are not supported live yet")
+        check_consumer_args("a live stream", "engine.stream", sample_rate, options, SET_BY_STREAM,
+                            "the stream sets timestamps, prefix and draft hints itself; "
+                            "word timestamps and clips are not supported live yet")
         options.setdefault("audio_ctx", "auto")
         opts = TranscribeOptions(language=language, task=task, **options)  # every option checked now
         if language is not None:
@@ -199,17 +193,6 @@ class LiveStream:
         self._finished = True
         self._buffer = np.concatenate([self._buffer, self._input.take(self._input.pending)])
         return self._pass(final=True)
-
-    def events(self, chunks: Iterable) -> Iterator[LiveEvent]:
-        """Feed every chunk, then finish, yielding events as they come."""
-        for chunk in chunks:
-            yield from self.feed(chunk)
-        yield from self.finish()
-
-    @property
-    def time_s(self) -> float:
-        """Seconds of audio fed."""
-        return self._input.fed / SAMPLE_RATE
 
     @property
     def buffer_s(self) -> float:

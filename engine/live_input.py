@@ -9,9 +9,12 @@ next chunk, and samples are released one step at a time.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 import numpy as np
 
-from .errors import AudioError
+from .audio import SAMPLE_RATE
+from .errors import AudioError, OptionError
 
 
 class ChunkQueue:
@@ -64,3 +67,40 @@ class ChunkQueue:
             raise AudioError("audio chunk contains NaN or infinite samples", where=where,
                              hint="check the producer of the audio; the chunk was not added to the stream")
         return chunk.copy()
+
+
+class ChunkConsumer:
+    """What a live stream and a command listener share: ``feed(chunk)`` and ``finish()`` of their
+    own, audio queued in ``self._input`` (a ``ChunkQueue``)."""
+
+    _input: ChunkQueue
+
+    def feed(self, chunk) -> list:
+        raise NotImplementedError
+
+    def finish(self) -> list:
+        raise NotImplementedError
+
+    def events(self, chunks: Iterable) -> Iterator:
+        """Feed every chunk, then finish, yielding results as they come."""
+        for chunk in chunks:
+            yield from self.feed(chunk)
+        yield from self.finish()
+
+    @property
+    def time_s(self) -> float:
+        """Seconds of audio fed."""
+        return self._input.fed / SAMPLE_RATE
+
+
+def check_consumer_args(what: str, call: str, sample_rate: int, options: dict, reserved: tuple[str, ...],
+                        why: str) -> None:
+    """A clear error for audio not at 16 kHz, or an option that the consumer (``what``, made by
+    ``call``) sets itself (``reserved``; ``why`` says why)."""
+    if sample_rate != SAMPLE_RATE:
+        raise AudioError(f"{what} takes 16 kHz audio, got sample_rate={sample_rate!r}",
+                         where=f"{call}(sample_rate=...)",
+                         hint="resample the source to 16000 Hz (e.g. soxr.ResampleStream) before feeding")
+    for name in reserved:
+        if name in options:
+            raise OptionError(f"{name} is not an option of {what}", where=name, hint=why)

@@ -476,13 +476,9 @@ class WhisperEngine:
     # ------------------------------------------------------------------------------------------
     def transcribe(self, audio: AudioInput, language: str | None = None, task: str = "transcribe",
                    **options) -> Result:
-        """Transcribe ``audio`` (a path, bytes, a file object or 16 kHz samples) in one call.
-        With a token map that records a language and no ``language`` given, decodes in the map's
-        language (``Result.language_source`` says where the language came from)."""
-        mapped = self._language_from_map(language, task, options)
-        stream = self.transcription(audio, mapped or language, task, **options)
-        if mapped:
-            stream.run.language_source = "token map"
+        """Transcribe ``audio`` (a path, bytes, a file object or 16 kHz samples) in one call (see
+        ``transcription`` for the language a token map sets)."""
+        stream = self.transcription(audio, language, task, **options)
         result = stream.result()
         opts, ctx_frames = stream.run.opts, stream.run.ctx_frames
         if ctx_frames < N_FRAMES and looks_like_a_loop(len(result.tokens), result.duration_s):
@@ -499,8 +495,10 @@ class WhisperEngine:
                **options) -> Transcription:
         """Start a transcription whose windows are decoded as they are iterated (the language is
         known at once: detected now where not given, on the first window, whose encoder output
-        the decoding then reuses)."""
-        opts = TranscribeOptions(language=language, task=task, **options)
+        the decoding then reuses). With a token map that records a language and no ``language``
+        given, decodes in the map's language (``Result.language_source`` says where it came from)."""
+        mapped = self._language_from_map(language, task, options)
+        opts = TranscribeOptions(language=mapped or language, task=task, **options)
         if opts.language is not None:
             self.tokenizer.sot_sequence(opts.language, opts.task)  # validates the code for this model
         if opts.multilingual and not self.tokenizer.multilingual:
@@ -528,7 +526,7 @@ class WhisperEngine:
                    language=opts.language, initial=initial,
                    guesser=self.guesser if self.learn else BigramGuesser(self.tokenizer),
                    timestamps=opts.timestamps == "on" or (opts.timestamps == "auto" and n_content > N_FRAMES),
-                   language_source="given" if opts.language else
+                   language_source="token map" if mapped else "given" if opts.language else
                    ("detected" if self.tokenizer.multilingual else "english-only model"))
         run.timings.update(load_s=self.load_seconds, audio_s=t_audio - t_start,
                            features_s=time.perf_counter() - t_audio)

@@ -208,7 +208,11 @@ class SileroVADModel:
         opts = onnxruntime.SessionOptions()
         opts.intra_op_num_threads = opts.inter_op_num_threads = 1
         opts.log_severity_level = 4  # the stock file has unused initialisers that ORT warns about
-        self.session = onnxruntime.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        try:
+            self.session = onnxruntime.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # ONNX Runtime's own errors: a damaged or foreign file
+            raise SpecWhisperError(f"cannot load the VAD model: {str(exc).splitlines()[0][:200]}", where=str(path),
+                                   hint=f"unset ${MODEL_ENV} or point it at a Silero VAD v5/v6 .onnx file") from exc
         names = {i.name for i in self.session.get_inputs()}
         self.sequence = names == {"input", "h", "c"}  # faster-whisper's export: all frames in one call
         if not self.sequence and names != {"input", "state", "sr"}:
