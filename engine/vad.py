@@ -218,6 +218,9 @@ class SileroVADModel:
         if not self.sequence and names != {"input", "state", "sr"}:
             raise SpecWhisperError(f"not a Silero VAD model (inputs {sorted(names)})", where=str(path),
                                    hint=f"unset ${MODEL_ENV} or point it at a Silero VAD v5/v6 .onnx file")
+        self.path = str(path)
+        self._whole: Any = None  # the stock file as one call over a recording (``vad_graph``), made on first use
+        self._whole_failed = self.sequence
 
     def __call__(self, audio: np.ndarray) -> np.ndarray:
         """Speech probability of each 512-sample frame of ``audio`` (16 kHz, a whole number of frames)."""
@@ -228,6 +231,8 @@ class SileroVADModel:
         if self.sequence:
             state = np.zeros((1, 1, 128), dtype=np.float32)
             return self.session.run(None, {"input": windows, "h": state, "c": state})[0].reshape(-1)
+        if (whole := self._whole_session()) is not None:
+            return whole.run(None, {"input": windows})[0]
         # The stock file carries its LSTM state between calls, so frames go through one by one.
         state, rate = np.zeros((2, 1, 128), dtype=np.float32), np.array(16000, dtype=np.int64)
         probs = np.empty(len(windows), dtype=np.float32)
@@ -235,6 +240,26 @@ class SileroVADModel:
             out, state = self.session.run(None, {"input": windows[i:i + 1], "state": state, "sr": rate})
             probs[i] = out[0, 0]
         return probs
+
+
+    def _whole_session(self):
+        """The stock file rearranged to take a whole recording (``vad_graph``; the same
+        probabilities), or None where it cannot be (another layout: frames go one by one)."""
+        if self._whole is None and not self._whole_failed:
+            import onnxruntime
+
+            from .vad_graph import sequence_graph
+
+            try:
+                model = sequence_graph(self.path)
+                opts = onnxruntime.SessionOptions()
+                opts.intra_op_num_threads, opts.inter_op_num_threads = min(2, os.cpu_count() or 1), 1
+                opts.log_severity_level = 4
+                self._whole = onnxruntime.InferenceSession(model.SerializeToString(), opts,
+                                                           providers=["CPUExecutionProvider"])
+            except Exception:  # a layout the rearrangement does not know: the frame-by-frame loop serves
+                self._whole_failed = True
+        return self._whole
 
 
 class VadStream:

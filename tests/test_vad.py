@@ -210,3 +210,16 @@ def test_missing_model_says_which_extra(monkeypatch, tmp_path):
     monkeypatch.setenv(vad.MODEL_ENV, str(tmp_path / "missing.onnx"))
     with pytest.raises(SpecWhisperError, match=vad.MODEL_ENV):
         vad.find_model_path()
+
+
+def test_whole_recording_call_equals_the_frame_by_frame_loop(cached_model, clips):
+    """The stock file rearranged to score a recording in one call (``vad_graph``) gives the
+    probabilities of the stock file fed frame by frame with its state, bit for bit on this machine
+    (the same kernels in the same order; elsewhere within float rounding), and is what runs."""
+    stock = vad.SileroVADModel(vad.find_model_path())
+    stock._whole_failed = True  # the stock file's own loop: one call a frame
+    audio = clips[LONGFORM][: len(clips[LONGFORM]) // 512 * 512]
+    assert cached_model._whole_session() is not None
+    whole, looped = cached_model(audio), stock(audio)
+    assert whole.shape == looped.shape == (audio.size // 512,)
+    assert float(np.abs(whole - looped).max()) <= 1e-5 and ((whole > 0.5) == (looped > 0.5)).all()
