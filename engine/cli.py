@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 import warnings
@@ -44,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="txt prints to stdout unless --output-dir is given; other formats write <stem>.<fmt>")
     t.add_argument("--output-dir", default=None, help="directory for output files (default: current directory "
                                                       "for json/srt/vtt)")
+    t.add_argument("--skip-existing", action="store_true",
+                   help="leave out inputs whose output file is already there (to finish an interrupted batch)")
     t.add_argument("--no-speculation", action="store_true", help="plain greedy decoding (the exactness oracle)")
     t.add_argument("--numerics", default="auto", choices=["auto", "batch-invariant", "single-row"],
                    help="auto: batch-invariant where drafting is expected to pay, else single-row (CT2 native); "
@@ -140,17 +143,43 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     warnings.simplefilter("default")
     warnings.formatwarning = lambda msg, *a, **k: f"warning: {msg}\n"
+    previous = _on_sigterm_unwind()
     try:
         return _dispatch(args)
     except SpecWhisperError as exc:
         print(f"error: {exc.message()}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # files written are whole, the one under way leaves nothing (io_utils)
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
     except BrokenPipeError:  # output piped into head & co.
         sys.stderr.close()
         return 0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the main thread is, so that it unwinds as an interrupt does."""
+
+
+def _on_sigterm_unwind():
+    """Make SIGTERM unwind the main thread (the default ends the process on the spot, leaving a
+    temporary output file behind); returns the handler it replaced, None where it cannot (not the
+    main thread)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def unwind(signum, frame):
+        raise Terminated()
+
+    return signal.signal(signal.SIGTERM, unwind)
 
 
 def _dispatch(args) -> int:
@@ -166,7 +195,8 @@ def _dispatch(args) -> int:
                             ("audio_ctx", "full"), ("temperature", "0"), ("seed", 0),
                             ("timestamps", "auto"), ("beam_size", 1), ("word_timestamps", False),
                             ("vad", False), ("vad_threshold", None), ("vad_min_silence_ms", None),
-                            ("batch_size", None), ("max_line_width", None), ("max_words_per_line", None)):
+                            ("batch_size", None), ("max_line_width", None), ("max_words_per_line", None),
+                            ("skip_existing", False)):
             setattr(args, name, value)
         return _transcribe(args)
     if args.command == "models":
@@ -192,7 +222,7 @@ def _dispatch(args) -> int:
 
 def _transcribe(args) -> int:
     from .transcriber import TranscribeOptions
-    from .writers import write_result
+    from .writers import output_path, write_result
 
     if args.learn_save and not args.learn:
         raise SpecWhisperError("--learn-save needs --learn", where="--learn-save", hint="add --learn")
@@ -201,10 +231,17 @@ def _transcribe(args) -> int:
     TranscribeOptions(task=args.task, numerics=args.numerics, draft_len=args.draft_len, audio_ctx=args.audio_ctx,
                       temperature=args.temperature, seed=args.seed, timestamps=args.timestamps,
                       beam_size=args.beam_size, word_timestamps=args.word_timestamps)
-    engine, transcribe_file = _open(args)
     out_dir = args.output_dir or ("." if args.output_format != "txt" else None)
+    if args.skip_existing and out_dir is None:
+        raise SpecWhisperError("--skip-existing needs output files", where="--skip-existing",
+                               hint="add --output-dir DIR or --output-format json|srt|vtt")
+    inputs = [path for path in args.audio
+              if not (args.skip_existing and _skipped(output_path(path, out_dir, args.output_format)))]
+    if not inputs:
+        return 0
+    engine, transcribe_file = _open(args)
     failures = 0
-    for path in args.audio:
+    for path in inputs:
         progress = _progress_printer(path) if sys.stderr.isatty() else None
         try:
             result = transcribe_file(path, progress)
@@ -225,6 +262,13 @@ def _transcribe(args) -> int:
         saved = engine.save_learned(args.learn_save)
         print(f"learned token map -> {saved}", file=sys.stderr)
     return 1 if failures else 0
+
+
+def _skipped(output: Path) -> bool:
+    if output.exists():
+        print(f"{output} exists: skipped (--skip-existing)", file=sys.stderr)
+        return True
+    return False
 
 
 def _open(args) -> tuple[WhisperEngine, Callable[[str, Progress], Result | FwTranscript]]:

@@ -118,5 +118,9 @@ def wrap_words(words: Sequence[str], width: int | None) -> str:
 def write_result(result: Transcript, audio_path: str | Path, output_dir: str | Path, fmt: str,
                  extra: dict | None = None, cues: CueOptions | None = None) -> Path:
     """Write ``<output_dir>/<stem>.<fmt>``; the file appears whole or not at all."""
-    target = Path(output_dir) / f"{Path(audio_path).stem}.{fmt}"
-    return atomic_write_text(target, render(result, fmt, extra, cues))
+    return atomic_write_text(output_path(audio_path, output_dir, fmt), render(result, fmt, extra, cues))
+
+
+def output_path(audio_path: str | Path, output_dir: str | Path, fmt: str) -> Path:
+    """Where the output of ``audio_path`` in format ``fmt`` goes."""
+    return Path(output_dir) / f"{Path(audio_path).stem}.{fmt}"

@@ -1,0 +1,67 @@
+"""A batch of files interrupted (issue 21): SIGINT or SIGTERM while the CLI transcribes several
+files leaves every finished output whole, nothing of the one under way (no partial file, no
+temporary file), exits 130 or 143, and ``--skip-existing`` then finishes the rest."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from specwhisper.cli import main
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-c", "import sys; from specwhisper.cli import main; sys.exit(main(sys.argv[1:]))", *args]
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_interrupted_batch_keeps_whole_files_and_resumes(tiny_model_dir, shared_data, tmp_path, sig, code):
+    clip = shared_data / "real/audio/jfk.flac"
+    inputs = []
+    for i in range(6):
+        inputs.append(tmp_path / f"clip{i}.flac")
+        shutil.copy(clip, inputs[-1])
+    out = tmp_path / "out"
+    args = ["transcribe", *map(str, inputs), "--model", str(tiny_model_dir), "--language", "en",
+            "--output-format", "json", "--output-dir", str(out), "--threads", "2"]
+    proc = subprocess.Popen(_cli(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (out / "clip0.json").exists():  # interrupt once the first file is written
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        assert time.monotonic() < deadline, "no output within 300 s"
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err[-2000:]
+    assert ("terminated" if sig == signal.SIGTERM else "interrupted") in err
+    written = sorted(p.name for p in out.iterdir())
+    assert all(name.endswith(".json") for name in written), written  # no temporary file left behind
+    assert 1 <= len(written) < len(inputs), written
+    for name in written:
+        assert json.loads((out / name).read_text())["text"].strip()  # whole files only
+
+    done = {name: os.stat(out / name).st_mtime_ns for name in written}
+    resumed = subprocess.run(_cli(*args, "--skip-existing"), capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert resumed.stderr.count("skipped (--skip-existing)") == len(written)
+    assert sorted(p.name for p in out.iterdir()) == [f"clip{i}.json" for i in range(len(inputs))]
+    assert all(os.stat(out / name).st_mtime_ns == mtime for name, mtime in done.items())  # not written again
+
+
+def test_skip_existing_needs_output_files(tmp_path, capsys):
+    assert main(["transcribe", str(tmp_path / "a.flac"), "--skip-existing"]) == 2
+    assert "--skip-existing needs output files" in capsys.readouterr().err
+
+
+def test_skip_existing_with_everything_done_loads_no_model(tmp_path, capsys):
+    (tmp_path / "a.json").write_text("{}")
+    assert main(["transcribe", str(tmp_path / "a.flac"), "--output-format", "json", "--output-dir", str(tmp_path),
+                 "--model", str(tmp_path / "no-such-model"), "--skip-existing"]) == 0
+    assert "skipped (--skip-existing)" in capsys.readouterr().err
