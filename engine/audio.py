@@ -24,7 +24,7 @@ def load_audio(source: AudioInput, sample_rate: int | None = None) -> np.ndarray
     for compressed and video formats when the ``[av]`` extra is installed.
     """
     if isinstance(source, np.ndarray):
-        return _normalise(source, sample_rate or SAMPLE_RATE, "array")
+        return _normalise(source, SAMPLE_RATE if sample_rate is None else sample_rate, "array")
     if isinstance(source, (bytes, bytearray)):
         if not source:
             raise AudioError("audio bytes are empty", where="bytes input", hint="pass the contents of an audio file")
@@ -82,16 +82,33 @@ def _decode_with_av(source: Path | io.BytesIO, where: str) -> np.ndarray:
     return _check(audio, where)
 
 
+MIN_RATE, MAX_RATE = 1000, 1_000_000  # sample rates taken (Hz); audio outside is a mistake, not a recording
+
+
 def _normalise(data: np.ndarray, rate: int, where: str) -> np.ndarray:
     data = np.asarray(data)
+    if data.ndim == 2 and data.shape[1] == 0:
+        raise AudioError(f"audio array has no channels (shape {data.shape})", where=where,
+                         hint="pass (samples, channels) with at least one channel, or a 1-D mono waveform")
     if data.ndim == 2:
-        data = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
+        with np.errstate(over="ignore", invalid="ignore"):  # non-finite results are refused in _check
+            data = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
     elif data.ndim != 1:
         raise AudioError(f"audio array must be 1-D or (samples, channels), got shape {data.shape}", where=where,
                          hint="pass a mono waveform")
+    if data.dtype.kind not in "iuf":
+        raise AudioError(f"audio samples must be integers or floats, got {data.dtype}", where=where,
+                         hint="pass float32 samples in [-1, 1] or integer PCM")
+    if not isinstance(rate, (int, np.integer)) or not MIN_RATE <= rate <= MAX_RATE:
+        raise AudioError(f"sample rate must be a whole number of Hz from {MIN_RATE} to {MAX_RATE}, got {rate!r}",
+                         where=where, hint="pass the rate the samples were recorded at, e.g. 16000")
     if data.dtype.kind == "i":
         data = data.astype(np.float32) / float(np.iinfo(data.dtype).max + 1)
-    data = data.astype(np.float32, copy=False)
+    elif data.dtype.kind == "u":  # unsigned PCM (8-bit WAV's convention): silence at mid-range
+        middle = float(np.iinfo(data.dtype).max + 1) / 2
+        data = (data.astype(np.float64) - middle) / middle
+    with np.errstate(over="ignore", invalid="ignore"):  # values past float32's range become inf: refused in _check
+        data = data.astype(np.float32, copy=False)
     if rate != SAMPLE_RATE and data.size:
         import soxr
 
