@@ -329,7 +329,8 @@ class LoadedModel:
         """
         invariant = result is not None and result.decoder == "invariant"
         wide = invariant and result.wide
-        key = f"cost-v3|{self._selftest_key()}" + (f"|invariant|{_ort_version()}" if invariant else "") + \
+        # v4: the invariant decoder's pool threads no longer spin between calls (prices moved)
+        key = f"cost-v4|{self._selftest_key()}" + (f"|invariant|{_ort_version()}" if invariant else "") + \
             ("|wide" if wide else "")
         cached = cache_get(key) if use_cache else None
         if isinstance(cached, dict) and cached:

@@ -255,6 +255,7 @@ class SileroVADModel:
                 opts = onnxruntime.SessionOptions()
                 opts.intra_op_num_threads, opts.inter_op_num_threads = min(2, os.cpu_count() or 1), 1
                 opts.log_severity_level = 4
+                opts.add_session_config_entry("session.intra_op.allow_spinning", "0")  # the encoder runs next
                 self._whole = onnxruntime.InferenceSession(model.SerializeToString(), opts,
                                                            providers=["CPUExecutionProvider"])
             except Exception:  # a layout the rearrangement does not know: the frame-by-frame loop serves
