@@ -20,6 +20,7 @@ the result (decoding, and any utterance decoded before it in the same feed).
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from numbers import Real
 
@@ -99,6 +100,7 @@ class CommandListener(ChunkConsumer):
         self._endpointer = Endpointer(frames_of(silence_s), frames_of(max_utterance_s), frames_of(min_speech_s),
                                       frames_of(pad_s))
         self._input = ChunkQueue()
+        self._ready: deque[tuple[Utterance, float]] = deque()  # endpointed, not yet decoded
         self._finished = False
         self.totals: dict = dict.fromkeys(("utterances", "dropped", "decode_s", "encoder_s", "decoder_s", "tokens",
                                            "decoder_calls", "drafted", "accepted"), 0)
@@ -112,16 +114,15 @@ class CommandListener(ChunkConsumer):
         fed_at = time.perf_counter()
         self._input.add(chunk, where=f"CommandListener.feed (chunk at {self.time_s:.2f} s)")
         whole = self._input.pending // FRAME * FRAME
-        results = []
         if whole:
             block = self._input.take(whole)
             for start in range(0, whole, FRAME):
                 frame = block[start:start + FRAME]
                 utterance = self._endpointer.push(frame, self.detector(frame))
                 if utterance is not None:
-                    results += self._decode(utterance, fed_at)
+                    self._ready.append((utterance, fed_at))
         self.totals["dropped"] = self._endpointer.dropped
-        return results
+        return self._decode_ready()
 
     def finish(self) -> list[CommandResult]:
         """Decode the utterance under way, if any; the listener then takes no more audio."""
@@ -130,7 +131,9 @@ class CommandListener(ChunkConsumer):
         self._finished = True
         utterance = self._endpointer.flush(self._input.take(self._input.pending))
         self.totals["dropped"] = self._endpointer.dropped
-        return self._decode(utterance, time.perf_counter()) if utterance is not None else []
+        if utterance is not None:
+            self._ready.append((utterance, time.perf_counter()))
+        return self._decode_ready()
 
     @property
     def buffered_s(self) -> float:
@@ -143,6 +146,16 @@ class CommandListener(ChunkConsumer):
         return self._endpointer.in_speech
 
     # -- decoding --------------------------------------------------------------------------
+    def _decode_ready(self) -> list[CommandResult]:
+        """Decode the utterances endpointed so far, in order. A decoding that raises leaves the
+        utterances after it queued (the whole block was endpointed first), for the next feed or
+        finish: an error costs one command, never the audio after it."""
+        results = []
+        while self._ready:
+            utterance, fed_at = self._ready.popleft()
+            results += self._decode(utterance, fed_at)
+        return results
+
     def _decode(self, utterance: Utterance, fed_at: float) -> list[CommandResult]:
         t0 = time.perf_counter()
         result = self.engine.transcribe(utterance.audio, language=self.language, task=self.task, **self._options)

@@ -273,3 +273,24 @@ def test_cli_listen_json_and_txt(map_engine, domain_map, stream, tmp_path, capsy
     assert "--silence-ms" in capsys.readouterr().err
     assert main(["listen", str(tmp_path / "missing.wav")]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_a_failed_decoding_costs_one_command_not_the_audio_after_it(base_engine, stream, monkeypatch):
+    """A block holding several commands is endpointed whole before any is decoded: when one
+    decoding raises, the commands after it stay queued and come with the next feed or finish."""
+    audio, truth = stream
+    reference, _ = _listen(base_engine, audio, language="en")
+    listener = base_engine.listen(language="en")
+    real, calls = base_engine.transcribe, []
+
+    def failing_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("decoder failed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(base_engine, "transcribe", failing_once)
+    with pytest.raises(RuntimeError, match="decoder failed"):
+        listener.feed(audio)  # every command of the stream in one block
+    results = listener.finish()
+    assert [_key(r) for r in results] == [_key(r) for r in reference[1:]]
