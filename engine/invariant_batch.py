@@ -18,7 +18,7 @@ batch of 8, a batch of 1, or alone with speculation (``tests/test_whisper_model.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -28,14 +28,13 @@ from .invariant_decoder import InvariantDecoder, InvariantDecoderState, cache_bl
 class LockstepGate:
     """Up to ``slots`` windows' decoder calls, run together (see module docstring)."""
 
-    def __init__(self, decoder: InvariantDecoder, slots: int, frames: int,
-                 wide: Callable[[], bool] | None = None) -> None:
-        """``frames``: the encoder output length of every window decoded here; ``wide``: whether
-        the CPU is free for the decoder's wide session now (asked once per call)."""
+    def __init__(self, decoder: InvariantDecoder, slots: int, frames: int) -> None:
+        """``frames``: the encoder output length of every window decoded here. Every call runs
+        on the decoder's wide session: nothing runs beside a lockstep batch, and lockstep is
+        used only where that session's rows are the same bits as the 1-thread one's."""
         self.decoder = decoder
         self.feeds = cache_block(decoder.shape, slots, frames=frames)
         self.frames = frames
-        self._wide = wide or (lambda: False)
         self._free = list(range(slots))
         self._active: set[int] = set()
         self._pending: dict[int, tuple] = {}
@@ -100,8 +99,7 @@ class LockstepGate:
         self._pending.clear()
         decoder = self.decoder
         try:
-            session = decoder._wide if self._wide() else decoder._step
-            logits = decoder.run_calls(self.feeds, max(self._active) + 1, calls, session)
+            logits = decoder.run_calls(self.feeds, max(self._active) + 1, calls, decoder._wide)
         except BaseException as exc:  # every waiting window raises it
             logits = [exc] * len(calls)
         self.calls += 1

@@ -608,8 +608,8 @@ class WhisperEngine:
             return self._window_features(run, waveform, mel, spans[index][0], spans[index][1])
 
         with EncoderAhead(self.lm.encode, segment, len(spans), enabled=self.pipeline) as ahead:
-            if self._lockstep_slots(run, len(spans)) > 1:
-                yield from self._transcribe_lockstep(run, waveform, ahead, spans, n_content)
+            if (slots := self._lockstep_slots(run, len(spans))) > 1:
+                yield from self._transcribe_lockstep(run, waveform, ahead, spans, n_content, slots)
                 return
             for index, (start, end) in enumerate(spans):
                 if progress:
@@ -636,8 +636,8 @@ class WhisperEngine:
         return min(opts.batch_size, n_windows, check.row_ceiling or 1)
 
     def _transcribe_lockstep(self, run: _Run, waveform: np.ndarray, ahead: EncoderAhead,
-                             spans: list[tuple[int, int]], n_content: int) -> Iterator[WindowResult]:
-        """Windows a batch at a time, as faster-whisper's batched pipeline: the batch's windows
+                             spans: list[tuple[int, int]], n_content: int, slots: int) -> Iterator[WindowResult]:
+        """Windows ``slots`` at a time, as faster-whisper's batched pipeline: the batch's windows
         encoded one after another with nothing beside (an encoder beside the decoder's calls
         slowed both by about 2x), then decoded by one thread each, their decoder calls meeting at
         one ``LockstepGate`` (see ``invariant_batch``), finished in order."""
@@ -645,10 +645,8 @@ class WhisperEngine:
 
         from .invariant_batch import GatedDecoder, LockstepGate
 
-        slots, progress = self._lockstep_slots(run, len(spans)), run.opts.progress
-        check = self._window_selftest(run.ctx_frames)
-        gate = LockstepGate(self.lm.batch_decoder(check), slots, run.ctx_frames // 2,
-                            wide=lambda: True)
+        progress = run.opts.progress
+        gate = LockstepGate(self.lm.batch_decoder(self._window_selftest(run.ctx_frames)), slots, run.ctx_frames // 2)
         quiet = replace(run, chain=DrafterChain([]), guesser=_Unlearned(self.tokenizer.special.eot))
 
         def decode(job: _WindowJob) -> Attempt:

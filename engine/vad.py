@@ -241,7 +241,6 @@ class SileroVADModel:
             probs[i] = out[0, 0]
         return probs
 
-
     def _whole_session(self):
         """The stock file rearranged to take a whole recording (``vad_graph``; the same
         probabilities), or None where it cannot be (another layout: frames go one by one)."""

@@ -257,7 +257,7 @@ def test_lockstep_windows_equal_alone_and_failures_hang_nothing(invariant_engine
     encs = [encode_clip(engine, c["path"])[0] for c in representative(shared_data)[:3]]
     alone = [_greedy_logits(decoder.widened(), enc, prompt, eot) for enc in encs]
     frames = np.asarray(encs[0]).shape[-2]
-    gate = LockstepGate(decoder, 3, frames, wide=lambda: True)
+    gate = LockstepGate(decoder, 3, frames)
 
     def gated(enc):
         view = GatedDecoder(gate)
