@@ -8,22 +8,19 @@ import signal
 import sys
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import __version__
 from .audio import BUNDLED_SAMPLE
 from .backend import BATCH_DECODERS
-from .cli_fw import FwTranscript, Progress, add_fw_args, check_fw_options, transcribe_fw
+from .cli_batch import add_batch_parser, run_batch_command
+from .cli_fw import add_fw_args
 from .cli_listen import add_listen_parser, run_listen
 from .cli_stream import add_stream_parser, run_stream
 from .encoders import ENCODERS
 from .errors import SpecWhisperError
 from .features import N_FRAMES
-
-if TYPE_CHECKING:
-    from .transcriber import Result, WhisperEngine
+from .file_transcriber import check_decoding_options, open_transcriber
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,48 +35,19 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Transcribe audio files. Speculation never changes the text: with the same "
                                    "--numerics, output equals --no-speculation token for token.")
     t.add_argument("audio", nargs="+", help="audio files (wav/flac/ogg; mp3/m4a/video with the [av] extra)")
-    _add_model_args(t)
-    t.add_argument("--language", default=None, help="language code (default: detect; English-only models: en)")
-    t.add_argument("--task", default="transcribe", choices=["transcribe", "translate"])
+    add_model_args(t)
     t.add_argument("--output-format", default="txt", choices=["txt", "json", "srt", "vtt"],
                    help="txt prints to stdout unless --output-dir is given; other formats write <stem>.<fmt>")
     t.add_argument("--output-dir", default=None, help="directory for output files (default: current directory "
                                                       "for json/srt/vtt)")
     t.add_argument("--skip-existing", action="store_true",
                    help="leave out inputs whose output file is already there (to finish an interrupted batch)")
-    t.add_argument("--no-speculation", action="store_true", help="plain greedy decoding (the exactness oracle)")
-    t.add_argument("--numerics", default="auto", choices=["auto", "batch-invariant", "single-row"],
-                   help="auto: batch-invariant where drafting is expected to pay, else single-row (CT2 native); "
-                        "batch-invariant always where the invariant decoder is faster than single-row")
-    t.add_argument("--tokenmap", default=None, help="n-gram token map built with 'specwhisper tokenmap build'")
-    t.add_argument("--draft-len", type=int, default=None, help="fixed draft length K (default: cost model)")
-    t.add_argument("--prompt-lookup", dest="prompt_lookup", action="store_true", default=True,
-                   help="draft from earlier text (default on)")
-    t.add_argument("--no-prompt-lookup", dest="prompt_lookup", action="store_false")
-    t.add_argument("--draft-model", default=None,
-                   help="a small Whisper (name or CT2 dir) drafting ahead; used only where the cost model says it pays")
-    t.add_argument("--learn", action="store_true", help="learn drafts from this run's own outputs, file by file")
+    add_decoding_args(t)
     t.add_argument("--learn-save", default=None, help="write the learned token map here at the end (atomic)")
-    t.add_argument("--condition-on-previous-text", action="store_true",
-                   help="prompt each 30 s window with the previous window's text")
-    t.add_argument("--initial-prompt", default=None, help="text to prompt the first window with (hotwords)")
-    t.add_argument("--audio-ctx", default="full",
-                   help="encoder context: full (default, lossless), auto (short audio gets a short window: faster, "
-                        "may change text), or mel frames 600|1000|1500|2000")
-    t.add_argument("--temperature", default="0",
-                   help="sample at this temperature instead of greedy (default 0: greedy); speculation keeps "
-                        "the tokens of the same --seed. A list such as 0,0.2,0.4,0.6,0.8,1.0 (faster-whisper's "
-                        "default) decodes a window again at the next temperature while its text loops "
-                        "(gzip compression ratio above 2.4)")
-    t.add_argument("--seed", type=int, default=0, help="sampling seed: same seed, same text (default 0)")
-    t.add_argument("--timestamps", default="auto", choices=["auto", "on", "off"],
-                   help="decode with timestamps: segments, and each window starts where the last complete "
-                        "segment ended, so no speech is cut at a window edge (auto: on for audio over 30 s)")
     t.add_argument("--stats", action="store_true", help="print decoding stats (Ar, Al, calls) to stderr")
-    add_fw_args(t)
 
     d = sub.add_parser("demo", help="transcribe the bundled sample with the default model")
-    _add_model_args(d)
+    add_model_args(d)
 
     m = sub.add_parser("models", help="list, pull, locate or verify models")
     msub = m.add_subparsers(dest="models_command", metavar="ACTION", required=True)
@@ -96,13 +64,48 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--batch-decoder", default="auto", choices=BATCH_DECODERS)
     doc.add_argument("--encoder", default="auto", choices=ENCODERS)
 
-    add_stream_parser(sub, _add_model_args)
-    add_listen_parser(sub, _add_model_args)
+    add_batch_parser(sub, add_model_args, add_decoding_args)
+    add_stream_parser(sub, add_model_args)
+    add_listen_parser(sub, add_model_args)
     _add_optional_subcommands(sub)
     return parser
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
+def add_decoding_args(p: argparse.ArgumentParser) -> None:
+    """What decides a file's text and how fast it comes: shared by ``transcribe`` and ``batch``."""
+    p.add_argument("--language", default=None, help="language code (default: detect; English-only models: en)")
+    p.add_argument("--task", default="transcribe", choices=["transcribe", "translate"])
+    p.add_argument("--no-speculation", action="store_true", help="plain greedy decoding (the exactness oracle)")
+    p.add_argument("--numerics", default="auto", choices=["auto", "batch-invariant", "single-row"],
+                   help="auto: batch-invariant where drafting is expected to pay, else single-row (CT2 native); "
+                        "batch-invariant always where the invariant decoder is faster than single-row")
+    p.add_argument("--tokenmap", default=None, help="n-gram token map built with 'specwhisper tokenmap build'")
+    p.add_argument("--draft-len", type=int, default=None, help="fixed draft length K (default: cost model)")
+    p.add_argument("--prompt-lookup", dest="prompt_lookup", action="store_true", default=True,
+                   help="draft from earlier text (default on)")
+    p.add_argument("--no-prompt-lookup", dest="prompt_lookup", action="store_false")
+    p.add_argument("--draft-model", default=None,
+                   help="a small Whisper (name or CT2 dir) drafting ahead; used only where the cost model says it pays")
+    p.add_argument("--learn", action="store_true", help="learn drafts from this run's own outputs, file by file")
+    p.add_argument("--condition-on-previous-text", action="store_true",
+                   help="prompt each 30 s window with the previous window's text")
+    p.add_argument("--initial-prompt", default=None, help="text to prompt the first window with (hotwords)")
+    p.add_argument("--audio-ctx", default="full",
+                   help="encoder context: full (default, lossless), auto (short audio gets a short window: faster, "
+                        "may change text), or mel frames 600|1000|1500|2000")
+    p.add_argument("--temperature", default="0",
+                   help="sample at this temperature instead of greedy (default 0: greedy); speculation keeps "
+                        "the tokens of the same --seed. A list such as 0,0.2,0.4,0.6,0.8,1.0 (faster-whisper's "
+                        "default) decodes a window again at the next temperature while its text loops "
+                        "(gzip compression ratio above 2.4)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed: same seed, same text (default 0)")
+    p.add_argument("--timestamps", default="auto", choices=["auto", "on", "off"],
+                   help="decode with timestamps: segments, and each window starts where the last complete "
+                        "segment ended, so no speech is cut at a window edge (auto: on for audio over 30 s)")
+    add_fw_args(p)
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="tiny.en, base (default), a CT2 model directory, or a HF repo id")
     p.add_argument("--compute-type", default="int8", choices=["int8", "int8_float32", "int8_float16", "float32",
                                                               "float16", "bfloat16", "default"])
@@ -199,6 +202,8 @@ def _dispatch(args) -> int:
                             ("skip_existing", False)):
             setattr(args, name, value)
         return _transcribe(args)
+    if args.command == "batch":
+        return run_batch_command(args)
     if args.command == "models":
         return _models(args)
     if args.command == "stream":
@@ -221,16 +226,11 @@ def _dispatch(args) -> int:
 
 
 def _transcribe(args) -> int:
-    from .transcriber import TranscribeOptions
     from .writers import output_path, write_result
 
     if args.learn_save and not args.learn:
         raise SpecWhisperError("--learn-save needs --learn", where="--learn-save", hint="add --learn")
-    # per-call options are checked before the model loads: a typo costs no load time
-    cues = check_fw_options(args)
-    TranscribeOptions(task=args.task, numerics=args.numerics, draft_len=args.draft_len, audio_ctx=args.audio_ctx,
-                      temperature=args.temperature, seed=args.seed, timestamps=args.timestamps,
-                      beam_size=args.beam_size, word_timestamps=args.word_timestamps)
+    cues = check_decoding_options(args)
     out_dir = args.output_dir or ("." if args.output_format != "txt" else None)
     if args.skip_existing and out_dir is None:
         raise SpecWhisperError("--skip-existing needs output files", where="--skip-existing",
@@ -239,7 +239,7 @@ def _transcribe(args) -> int:
               if not (args.skip_existing and _skipped(output_path(path, out_dir, args.output_format)))]
     if not inputs:
         return 0
-    engine, transcribe_file = _open(args)
+    engine, transcribe_file = open_transcriber(args)
     failures = 0
     for path in inputs:
         progress = _progress_printer(path) if sys.stderr.isatty() else None
@@ -269,37 +269,6 @@ def _skipped(output: Path) -> bool:
         print(f"{output} exists: skipped (--skip-existing)", file=sys.stderr)
         return True
     return False
-
-
-def _open(args) -> tuple[WhisperEngine, Callable[[str, Progress], Result | FwTranscript]]:
-    """Load the model; returns the engine and how one file is transcribed: by the engine, or with
-    --vad / --batch-size by faster-whisper's API over it (``WhisperModel.transcribe(vad_filter=True)``,
-    ``BatchedInferencePipeline``), so that VAD and batching are exactly the facade's."""
-    from .transcriber import WhisperEngine
-
-    engine_options = dict(tokenmap=args.tokenmap, learn=args.learn, prompt_lookup=args.prompt_lookup,
-                          draft_model=args.draft_model, decoder_threads=args.decoder_threads,
-                          batch_decoder=getattr(args, "batch_decoder", "auto"),
-                          encoder=getattr(args, "encoder", "auto"))
-    if args.vad or args.batch_size is not None:
-        from .whisper_model import WhisperModel
-
-        model = WhisperModel(args.model, device=args.device, compute_type=args.compute_type,
-                             cpu_threads=args.threads, **engine_options)
-        return model.engine, lambda path, progress: transcribe_fw(model, path, args, progress)
-    engine = WhisperEngine(args.model, device=args.device, compute_type=args.compute_type, threads=args.threads,
-                           **engine_options)
-
-    def transcribe_file(path: str, progress: Progress) -> Result:
-        return engine.transcribe(path, language=args.language, task=args.task, numerics=args.numerics,
-                                 speculation=not args.no_speculation, draft_len=args.draft_len,
-                                 initial_prompt=args.initial_prompt,
-                                 condition_on_previous_text=args.condition_on_previous_text,
-                                 audio_ctx=args.audio_ctx, temperature=args.temperature, seed=args.seed,
-                                 timestamps=args.timestamps, beam_size=args.beam_size,
-                                 word_timestamps=args.word_timestamps, progress=progress)
-
-    return engine, transcribe_file
 
 
 def _print_stats(path: str, result) -> None:

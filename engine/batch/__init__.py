@@ -1,0 +1,51 @@
+"""Transcribe many files: on this machine (sequentially or with a process pool) or on a Ray
+cluster, with the same outputs either way, resumable, with failures retried a bounded number of
+times and reported without losing the other files' outputs.
+
+    from specwhisper.batch import transcribe_batch
+    report = transcribe_batch(["archive/"], "out/", formats=("json",), workers=2, threads_per_worker=1)
+    report = transcribe_batch(["calls.jsonl"], "out/", ray="auto", workers=16, threads_per_worker=4)
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+from .inputs import BatchItem
+from .job import BatchReport, run_batch
+from .worker import Outcome
+
+__all__ = ["BatchReport", "batch_settings", "run_batch", "transcribe_batch", "BatchItem", "Outcome"]
+
+
+def batch_settings(**options) -> argparse.Namespace:
+    """The ``batch`` command's options with these changed (``model="tiny.en"``, ``language="en"``,
+    ...): the defaults are the command line's, so the API and the CLI decode alike."""
+    from ..cli import build_parser
+
+    settings = build_parser().parse_args(["batch", "-", "--output-dir", "-"])
+    unknown = sorted(key for key in options if not hasattr(settings, key))
+    if unknown:
+        valid = sorted(k for k in vars(settings) if k not in ("command", "inputs", "output_dir"))
+        raise TypeError(f"unknown option(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
+    for key, value in options.items():
+        setattr(settings, key, value)
+    return settings
+
+
+def transcribe_batch(inputs: list[str], output_dir: str, *, formats: tuple[str, ...] = ("json",),
+                     ray: str | None = None, workers: int = 1, threads_per_worker: int = 2, retries: int = 2,
+                     piece_s: float | None = None, stream: TextIO | None = None, on_outcome=None,
+                     **options) -> BatchReport:
+    """Transcribe every input into ``output_dir`` (``<name>.<fmt>`` per input; Parquet rows in
+    ``transcripts.parquet/``). ``ray``: None runs here (``workers`` > 1: a process pool), else a
+    cluster address, ``auto`` or ``local``. Inputs whose outputs are there and verified are
+    skipped. ``piece_s``: files over 1.5x this many seconds are cut at silences into pieces that
+    workers decode independently, then stitched (``batch.pieces``). ``on_outcome(outcome)`` is called as each input ends; ``stream`` gets progress lines.
+    ``options``: the ``transcribe`` command's (``model``, ``language``, ``numerics``, ...)."""
+    settings = batch_settings(**options)
+    settings.threads = threads_per_worker
+    settings.piece_s = piece_s
+    return run_batch(inputs, output_dir, settings, formats=formats, ray=ray, workers=workers, retries=retries,
+                     stream=stream, on_outcome=on_outcome)

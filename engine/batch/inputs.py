@@ -1,0 +1,151 @@
+"""What a batch job transcribes: files, folders, globs and manifests, expanded into items with the
+name their outputs get. Checked whole before any model loads, so a typo in the 9,000th line of a
+manifest costs nothing."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import SpecWhisperError
+
+# What a folder is searched for (mp3/m4a/video decode with the [av] extra).
+AUDIO_SUFFIXES = frozenset({".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".m4a", ".aac", ".webm",
+                            ".mp4", ".mkv", ".mov", ".aiff", ".aif"})
+MANIFEST_SUFFIXES = (".jsonl", ".csv")
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One input file. ``name``: its outputs' path under the output directory without the format's
+    suffix (``a/b`` -> ``DIR/a/b.json``): the stem for a file, the path below the folder for a
+    folder's files (so ``disc1/track01`` and ``disc2/track01`` do not collide), a manifest's ``name``
+    column where given. ``duration_s``: read from the file's header where cheap, else None. A piece
+    of a long file (``batch.pieces``) has its file's name as ``parent`` and its span in seconds."""
+
+    path: str
+    name: str
+    duration_s: float | None = None
+    start_s: float | None = None
+    end_s: float | None = None
+    parent: str | None = None
+
+
+def expand_inputs(inputs: list[str]) -> list[BatchItem]:
+    """Every input as items, in the order given (a folder's and a glob's files sorted); a name
+    that two inputs would share, or an input that names nothing, is an error here."""
+    items: list[BatchItem] = []
+    for spec in inputs:
+        items.extend(_expand_one(spec))
+    if not items:
+        raise SpecWhisperError("no audio files found in the inputs", where=" ".join(inputs)[:200],
+                               hint=f"give files, folders holding {', '.join(sorted(AUDIO_SUFFIXES)[:4])}..., "
+                                    "globs or a .jsonl/.csv manifest")
+    return [BatchItem(item.path, item.name, _duration(item.path)) for item in _unique_names(items)]
+
+
+def _expand_one(spec: str) -> list[BatchItem]:
+    path = Path(spec)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
+        return [BatchItem(str(p), str(p.relative_to(path).with_suffix("")).replace("\\", "/")) for p in files]
+    if path.is_file() and path.suffix.lower() in MANIFEST_SUFFIXES:
+        return read_manifest(path)
+    if path.is_file():
+        return [BatchItem(str(path), path.stem)]
+    if glob.has_magic(spec):
+        files = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
+        if not files:
+            raise SpecWhisperError("the pattern matches no file", where=spec, hint="check the pattern (quote it "
+                                   "so that the shell does not expand it first)")
+        return [BatchItem(str(p), p.stem) for p in files]
+    raise SpecWhisperError("no such file or folder", where=spec, hint="give audio files, folders, globs or a "
+                           ".jsonl/.csv manifest")
+
+
+def read_manifest(path: Path) -> list[BatchItem]:
+    """A JSONL manifest (one object a line with ``path``, optional ``name``) or a CSV one (a header
+    with a ``path`` column, optional ``name``). Relative paths are taken from the manifest's folder,
+    so a manifest travels with its audio."""
+    rows = _jsonl_rows(path) if path.suffix.lower() == ".jsonl" else _csv_rows(path)
+    items = []
+    for line, row in rows:
+        where = f"{path}:{line}"
+        audio = row.get("path")
+        if not isinstance(audio, str) or not audio:
+            raise SpecWhisperError("a manifest row without a path", where=where,
+                                   hint='every row needs "path" (the audio file), optionally "name"')
+        audio_path = Path(audio) if Path(audio).is_absolute() else path.parent / audio
+        if not audio_path.is_file():
+            raise SpecWhisperError(f"the manifest names a file that is not there: {audio}", where=where,
+                                   hint="fix the path (relative paths are taken from the manifest's folder)")
+        name = row.get("name") or audio_path.stem
+        if not isinstance(name, str) or name.startswith(("/", "..")) or ".." in Path(name).parts:
+            raise SpecWhisperError(f"a name must be a relative path inside the output folder, not {name!r}",
+                                   where=where, hint="use names such as call-0001 or 2026/call-0001")
+        items.append(BatchItem(str(audio_path), name))
+    return items
+
+
+def _jsonl_rows(path: Path) -> list[tuple[int, dict]]:
+    rows = []
+    for line, text in enumerate(_read_text(path).splitlines(), 1):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecWhisperError(f"not JSON: {exc.msg}", where=f"{path}:{line}",
+                                   hint='write one object a line, e.g. {"path": "a.flac"}') from None
+        if not isinstance(row, dict):
+            raise SpecWhisperError("a manifest line must be a JSON object", where=f"{path}:{line}",
+                                   hint='e.g. {"path": "a.flac", "name": "a"}')
+        rows.append((line, row))
+    return rows
+
+
+def _csv_rows(path: Path) -> list[tuple[int, dict]]:
+    reader = csv.DictReader(_read_text(path).splitlines())
+    if reader.fieldnames is None or "path" not in reader.fieldnames:
+        raise SpecWhisperError("a CSV manifest needs a header with a path column", where=str(path),
+                               hint="first line e.g.: path,name")
+    return [(line, row) for line, row in enumerate(reader, 2)]
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecWhisperError("the manifest is not UTF-8 text", where=str(path),
+                               hint="give a .jsonl or .csv file of paths") from None
+
+
+def _unique_names(items: list[BatchItem]) -> list[BatchItem]:
+    """The items without repeats (a file given twice is done once); two files for one name are an error."""
+    seen: dict[str, str] = {}
+    unique = []
+    for item in items:
+        real = os.path.realpath(item.path)
+        other = seen.setdefault(item.name, real)
+        if other == real and len(seen) > len(unique):
+            unique.append(item)
+        elif other != real:
+            raise SpecWhisperError(f"two inputs would write the same outputs ({item.name}.*): {other} and {item.path}",
+                                   where=item.path, hint="give one of them a name in a manifest, or pass their "
+                                   "common folder so that the names keep their subfolders")
+    return unique
+
+
+def _duration(path: str) -> float | None:
+    """Seconds of audio from the header (for progress and ETA); None where the header does not say."""
+    import soundfile
+
+    try:
+        info = soundfile.info(path)
+    except Exception:  # compressed formats decoded through the [av] extra; damaged files fail later, clearly
+        return None
+    return info.frames / info.samplerate if info.samplerate > 0 else None

@@ -1,0 +1,58 @@
+"""What makes a batch resumable: beside the outputs, a record per input of what was transcribed
+(the input's size and modification time, the options that decide the text) and the sha256 of every
+output written. A rerun skips an input only where its record matches and every output still has
+the bytes recorded: an output edited, cut short or deleted, an input replaced, or an option that
+changes the text makes it run again. Drafters, thread counts and workers are left out of the key:
+they change speed, never text."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from ..io_utils import atomic_write_text, sha256_file
+
+LEDGER_DIR = ".specwhisper-batch"
+# The options that decide a transcript's text, times and output files.
+TEXT_OPTIONS = ("model", "compute_type", "device", "language", "task", "numerics", "no_speculation",
+                "initial_prompt", "condition_on_previous_text", "audio_ctx", "temperature", "seed", "timestamps",
+                "beam_size", "word_timestamps", "vad", "vad_threshold", "vad_min_silence_ms", "batch_size",
+                "max_line_width", "max_words_per_line", "encoder", "batch_decoder", "formats", "piece_s")
+
+
+def settings_key(settings: dict) -> str:
+    """A digest of the text-deciding options (missing ones count as None)."""
+    chosen = {name: settings.get(name) for name in TEXT_OPTIONS}
+    return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def record_path(output_dir: str | Path, name: str) -> Path:
+    return Path(output_dir) / LEDGER_DIR / f"{name}.json"
+
+
+def input_stamp(path: str) -> dict:
+    stat = os.stat(path)
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def write_record(output_dir: str | Path, name: str, audio_path: str, key: str, outputs: list[Path],
+                 duration_s: float) -> Path:
+    """Record a finished input; written last, after its outputs, so a record means they are whole."""
+    record = {"input": os.path.abspath(audio_path), **input_stamp(audio_path), "settings": key,
+              "duration_s": round(duration_s, 3),
+              "outputs": {str(p.relative_to(output_dir)): sha256_file(p) for p in outputs}}
+    return atomic_write_text(record_path(output_dir, name), json.dumps(record, indent=1) + "\n")
+
+
+def is_done(output_dir: str | Path, name: str, audio_path: str, key: str) -> bool:
+    """True where ``name``'s outputs are there with the recorded bytes, for this input and these options."""
+    try:
+        record = json.loads(record_path(output_dir, name).read_text(encoding="utf-8"))
+        stamp = input_stamp(audio_path)
+        if record["settings"] != key or record["size"] != stamp["size"] or record["mtime_ns"] != stamp["mtime_ns"]:
+            return False
+        return all(sha256_file(Path(output_dir) / rel) == digest for rel, digest in record["outputs"].items())
+    except (OSError, ValueError, KeyError, TypeError):  # no record, a damaged one, an output gone: do it again
+        return False

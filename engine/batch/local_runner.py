@@ -1,0 +1,115 @@
+"""Batch workers on this machine: one in the driver's own process (``workers=1``), or a pool of
+processes each holding an engine. A process that dies (killed, out of memory) costs the inputs it
+held one attempt each; a fresh pool takes the rest, so one crash never ends the job."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+
+from .inputs import BatchItem
+from .worker import BatchWorker, Outcome
+
+_worker: BatchWorker | None = None  # the engine of a pool process, made once by its initializer
+
+
+def _init_process(args: tuple) -> None:
+    global _worker
+    _worker = BatchWorker(*args)
+
+
+def _run_in_process(item: BatchItem) -> Outcome:
+    assert _worker is not None, "pool process without a worker"
+    return _worker(item)
+
+
+class InProcessRunner:
+    """Sequential: the engine in the driver's process (what ``transcribe`` does, plus the ledger)."""
+
+    def __init__(self, worker_args: tuple) -> None:
+        self._worker_args = worker_args
+        self._worker: BatchWorker | None = None
+
+    def run(self, items: list[BatchItem]) -> Iterator[Outcome]:
+        if self._worker is None:
+            self._worker = BatchWorker(*self._worker_args)
+        for item in items:
+            yield self._worker(item)
+
+    def close(self, abort: bool = False) -> None:
+        if self._worker is not None:
+            self._worker.close()
+
+
+class ProcessPoolRunner:
+    """``workers`` processes (spawned: no inherited threads or locks), each with its own engine;
+    at most one input in flight per process, so a crash is charged to the inputs it could have hit."""
+
+    def __init__(self, worker_args: tuple, workers: int) -> None:
+        self._worker_args = worker_args
+        self._workers = workers
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _fresh_pool(self) -> ProcessPoolExecutor:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = ProcessPoolExecutor(self._workers, mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=_init_process, initargs=(self._worker_args,))
+        return self._pool
+
+    def run(self, items: list[BatchItem]) -> Iterator[Outcome]:
+        queue = list(reversed(items))
+        running: dict[Future, BatchItem] = {}
+        while queue or running:
+            for item in self._fill(queue, running):
+                yield _crashed(item)
+            if not running:
+                continue
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            broken = False
+            for future in finished:
+                item = running.pop(future)
+                try:
+                    yield future.result()
+                except BrokenProcessPool:
+                    broken = True
+                    yield _crashed(item)
+            if broken:  # every input still in the dead pool was charged; a new pool takes the rest
+                for item in running.values():
+                    yield _crashed(item)
+                running.clear()
+                self._fresh_pool()
+
+    def _fill(self, queue: list[BatchItem], running: dict[Future, BatchItem]) -> list[BatchItem]:
+        """Give idle processes an input each. A pool found dead here is replaced; the inputs that
+        were in it are returned, to be charged an attempt (one of them may be what killed it)."""
+        lost: list[BatchItem] = []
+        while queue and len(running) < self._workers:
+            pool = self._pool or self._fresh_pool()
+            try:
+                future = pool.submit(_run_in_process, queue[-1])
+            except BrokenProcessPool:
+                lost.extend(running.values())
+                running.clear()
+                self._fresh_pool()
+                continue
+            running[future] = queue.pop()
+        return lost
+
+    def close(self, abort: bool = False) -> None:
+        """Wait for the processes to end; with ``abort`` (an interrupt) end them now: an input
+        under way leaves nothing behind (outputs are written whole or not at all)."""
+        if self._pool is None:
+            return
+        if abort:
+            for process in list((getattr(self._pool, "_processes", None) or {}).values()):
+                process.terminate()
+        self._pool.shutdown(wait=not abort, cancel_futures=True)
+        self._pool = None
+
+
+def _crashed(item: BatchItem) -> Outcome:
+    return Outcome(item.path, item.name, "failed", error="the worker process died while transcribing it "
+                   "(killed, or out of memory)", retryable=True)

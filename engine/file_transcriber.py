@@ -1,0 +1,60 @@
+"""One file in, one transcript out, as the command line decides it: the engine built from the
+command's options, and how a file is transcribed (the engine itself, or faster-whisper's API over it
+with --vad / --batch-size). ``transcribe`` and ``batch`` (every worker of it) share this, so a file
+gets the same text whichever ran it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .cli_fw import FwTranscript, Progress, check_fw_options, transcribe_fw
+
+if TYPE_CHECKING:
+    from .transcriber import Result, WhisperEngine
+    from .writers import CueOptions
+
+FileTranscriber = Callable[[str, Progress], "Result | FwTranscript"]
+
+
+def check_decoding_options(args) -> CueOptions:
+    """The per-call options, checked before the model loads (a typo costs no load time); returns
+    how srt/vtt cues are cut."""
+    from .transcriber import TranscribeOptions
+
+    cues = check_fw_options(args)
+    TranscribeOptions(task=args.task, numerics=args.numerics, draft_len=args.draft_len, audio_ctx=args.audio_ctx,
+                      temperature=args.temperature, seed=args.seed, timestamps=args.timestamps,
+                      beam_size=args.beam_size, word_timestamps=args.word_timestamps)
+    return cues
+
+
+def open_transcriber(args) -> tuple[WhisperEngine, FileTranscriber]:
+    """Load the model; returns the engine and how one file is transcribed: by the engine, or with
+    --vad / --batch-size by faster-whisper's API over it (``WhisperModel.transcribe(vad_filter=True)``,
+    ``BatchedInferencePipeline``), so that VAD and batching are exactly the facade's."""
+    from .transcriber import WhisperEngine
+
+    engine_options = dict(tokenmap=args.tokenmap, learn=args.learn, prompt_lookup=args.prompt_lookup,
+                          draft_model=args.draft_model, decoder_threads=args.decoder_threads,
+                          batch_decoder=getattr(args, "batch_decoder", "auto"),
+                          encoder=getattr(args, "encoder", "auto"))
+    if args.vad or args.batch_size is not None:
+        from .whisper_model import WhisperModel
+
+        model = WhisperModel(args.model, device=args.device, compute_type=args.compute_type,
+                             cpu_threads=args.threads, **engine_options)
+        return model.engine, lambda path, progress: transcribe_fw(model, path, args, progress)
+    engine = WhisperEngine(args.model, device=args.device, compute_type=args.compute_type, threads=args.threads,
+                           **engine_options)
+
+    def transcribe_file(path: str, progress: Progress) -> Result:
+        return engine.transcribe(path, language=args.language, task=args.task, numerics=args.numerics,
+                                 speculation=not args.no_speculation, draft_len=args.draft_len,
+                                 initial_prompt=args.initial_prompt,
+                                 condition_on_previous_text=args.condition_on_previous_text,
+                                 audio_ctx=args.audio_ctx, temperature=args.temperature, seed=args.seed,
+                                 timestamps=args.timestamps, beam_size=args.beam_size,
+                                 word_timestamps=args.word_timestamps, progress=progress)
+
+    return engine, transcribe_file

@@ -1,0 +1,239 @@
+"""``specwhisper batch`` (issue 22): inputs expanded and checked, outputs equal to a sequential run
+token for token whichever runner made them (process pool, Ray), resumable, a killed worker replaced,
+a bad file reported without losing the others."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import load_manifest
+from specwhisper.batch import transcribe_batch
+from specwhisper.batch.inputs import expand_inputs
+from specwhisper.batch.ledger import LEDGER_DIR
+from specwhisper.cli import main
+from specwhisper.errors import SpecWhisperError
+
+
+def _clips(shared_data: Path, tmp_path: Path, count: int) -> Path:
+    """``count`` clips of the shared sets (sentences and read speech, shortest first) copied into
+    one folder with a nested subfolder, so that names keep their subfolders."""
+    rows = load_manifest(shared_data / "real" / "manifest.jsonl") + load_manifest(shared_data / "read" / "manifest.jsonl")
+    rows = sorted((r for r in rows if r.get("kind") != "digit"), key=lambda r: r["duration_s"])
+    folder = tmp_path / "audio"
+    for index, row in enumerate(rows[:count]):
+        target = folder / ("sub" if index % 3 == 0 else "") / Path(row["path"]).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(row["path"], target)
+    return folder
+
+
+def _tokens(output_dir: Path) -> dict[str, list[int]]:
+    return {str(p.relative_to(output_dir)): json.loads(p.read_text())["tokens"]
+            for p in sorted(output_dir.rglob("*.json")) if LEDGER_DIR not in p.parts}
+
+
+def _options(tiny_model_dir: Path) -> dict:
+    # one thread a worker for every runner: the reference is a sequential run with the same threads
+    return dict(model=str(tiny_model_dir), language="en", threads_per_worker=1)
+
+
+# ---- inputs: checked before any model loads -------------------------------------------------
+
+def test_folders_globs_and_manifests_expand_with_names_that_keep_subfolders(tmp_path, shared_data):
+    folder = _clips(shared_data, tmp_path, 6)
+    items = expand_inputs([str(folder)])
+    assert len(items) == 6 and any(item.name.startswith("sub/") for item in items)
+    assert all(item.duration_s and item.duration_s > 0 for item in items)
+    assert [i.path for i in expand_inputs([str(folder / "*.flac")])] == sorted(str(p) for p in folder.glob("*.flac"))
+    first, second = sorted(folder.glob("*.flac"))[:2]
+    jsonl = tmp_path / "m.jsonl"
+    jsonl.write_text(json.dumps({"path": os.path.relpath(first, tmp_path), "name": "calls/one"}) + "\n\n"
+                     + json.dumps({"path": str(second)}) + "\n")
+    assert [(i.path, i.name) for i in expand_inputs([str(jsonl)])] == [(str(first), "calls/one"),
+                                                                       (str(second), second.stem)]
+    csv = tmp_path / "m.csv"
+    csv.write_text(f"path,name\n{first.name},x\n")
+    csv.rename(folder / "m.csv")
+    assert [i.name for i in expand_inputs([str(folder / "m.csv")])] == ["x"]
+    assert len(expand_inputs([str(first), str(first), f"{folder}/./{first.name}"])) == 1  # once, however named
+
+
+@pytest.mark.parametrize("manifest, message", [
+    ('{"path": "missing.flac"}\n', "not there"),
+    ("not json\n", "not JSON"),
+    ('{"name": "x"}\n', "without a path"),
+    ('{"path": "a.flac", "name": "../escape"}\n', "relative path inside the output folder"),
+])
+def test_a_bad_manifest_line_is_named_with_its_line(tmp_path, manifest, message):
+    (tmp_path / "a.flac").write_bytes(b"")
+    path = tmp_path / "m.jsonl"
+    path.write_text(manifest)
+    with pytest.raises(SpecWhisperError) as err:
+        expand_inputs([str(path)])
+    assert message in err.value.what and f"{path}:1" in err.value.where
+
+
+def test_two_inputs_for_one_name_and_missing_inputs_are_errors(tmp_path):
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "x.flac").write_bytes(b"")
+    with pytest.raises(SpecWhisperError, match="same outputs"):
+        expand_inputs([str(tmp_path / "a" / "x.flac"), str(tmp_path / "b" / "x.flac")])
+    assert len(expand_inputs([str(tmp_path)])) == 2  # a folder keeps a/x and b/x apart
+    with pytest.raises(SpecWhisperError, match="no such file"):
+        expand_inputs([str(tmp_path / "nope.flac")])
+    with pytest.raises(SpecWhisperError, match="matches no file"):
+        expand_inputs([str(tmp_path / "*.wav")])
+
+
+def test_cli_refuses_bad_options_before_loading_a_model(tmp_path, capsys):
+    (tmp_path / "a.flac").write_bytes(b"")
+    for extra, message in ((["--output-format", "json,docx"], "unknown output format docx"),
+                           (["--workers", "0"], "--workers must be at least 1"),
+                           (["--retries", "-1"], "--retries must be at least 0")):
+        assert main(["batch", str(tmp_path / "a.flac"), "--output-dir", str(tmp_path / "o"), *extra]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+# ---- runs on real audio ----------------------------------------------------------------------
+
+def test_process_pool_equals_sequential_resumes_and_redoes_what_changed(tmp_path, shared_data, tiny_model_dir):
+    folder = _clips(shared_data, tmp_path, 8)
+    options = _options(tiny_model_dir)
+    seq = transcribe_batch([str(folder)], str(tmp_path / "seq"), formats=("json", "srt"), **options)
+    pool = transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json", "srt"), workers=2, **options)
+    assert seq.ok and pool.ok and len(seq.outcomes) == 8
+    assert len({o.worker for o in pool.outcomes}) == 2  # both processes worked
+    reference = _tokens(tmp_path / "seq")
+    assert len(reference) == 8 and any(reference.values())
+    assert _tokens(tmp_path / "pool") == reference
+    srt = sorted(str(p.relative_to(tmp_path / "pool")) for p in (tmp_path / "pool").rglob("*.srt"))
+    assert srt == sorted(name.replace(".json", ".srt") for name in reference)
+
+    again = transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json", "srt"), workers=2, **options)
+    assert [o.status for o in again.outcomes] == ["skipped"] * 8
+    assert all(o.worker == "driver" for o in again.outcomes)  # verified without loading a model
+
+    victim = next((tmp_path / "pool").rglob("*.srt"))
+    victim.write_text(victim.read_text()[:-5])  # an output cut short is not whole: done again
+    third = transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json", "srt"), **options)
+    assert sorted(o.status for o in third.outcomes) == ["done"] + ["skipped"] * 7
+    assert _tokens(tmp_path / "pool") == reference
+    changed = transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json", "srt"),
+                               **(options | {"timestamps": "on"}))  # an option that changes the text
+    assert [o.status for o in changed.outcomes] == ["done"] * 8
+
+
+def test_a_killed_pool_process_is_replaced_and_the_job_completes(tmp_path, shared_data, tiny_model_dir):
+    folder = _clips(shared_data, tmp_path, 8)
+    options = _options(tiny_model_dir)
+    transcribe_batch([str(folder)], str(tmp_path / "seq"), formats=("json",), **options)
+    killed: list[int] = []
+
+    def kill_first_worker(outcome) -> None:
+        if not killed:
+            killed.append(int(outcome.worker.rsplit(":", 1)[1]))
+            os.kill(killed[0], signal.SIGKILL)
+
+    report = transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json",), workers=2,
+                              on_outcome=kill_first_worker, **options)
+    assert killed and report.ok
+    assert _tokens(tmp_path / "pool") == _tokens(tmp_path / "seq")
+    assert not list((tmp_path / "pool").rglob("*.tmp"))
+
+
+def test_a_bad_file_is_reported_and_the_others_are_written(tmp_path, shared_data, tiny_model_dir, capsys):
+    folder = _clips(shared_data, tmp_path, 3)
+    (folder / "broken.flac").write_bytes(b"fLaC" + os.urandom(400))
+    code = main(["batch", str(folder), "--output-dir", str(tmp_path / "out"), "--model", str(tiny_model_dir),
+                 "--threads", "1", "--output-format", "txt,json", "--language", "en"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "failed: " in err and "broken.flac" in err and "3 transcribed" in err and "1 failed" in err
+    assert len(list((tmp_path / "out").rglob("*.json"))) == 3 + 3  # outputs and their ledger records
+    assert not list((tmp_path / "out").rglob("broken.*"))
+
+
+# ---- Ray: a local cluster -----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = pytest.importorskip("ray", reason="Ray is not installed (the [ray] extra)")
+    pytest.importorskip("ray.data", reason="Ray Data is not installed (the [ray] extra)")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_equals_a_local_run_survives_a_killed_worker_and_resumes(local_ray, tmp_path, shared_data,
+                                                                        tiny_model_dir):
+    folder = _clips(shared_data, tmp_path, 10)
+    options = _options(tiny_model_dir)
+    transcribe_batch([str(folder)], str(tmp_path / "seq"), formats=("json",), **options)
+    killed: list[str] = []
+    lock = threading.Lock()
+
+    def kill_first_worker(outcome) -> None:
+        with lock:
+            if not killed and outcome.status == "done":
+                killed.append(outcome.worker)
+                os.kill(int(outcome.worker.rsplit(":", 1)[1]), signal.SIGKILL)
+
+    report = transcribe_batch([str(folder)], str(tmp_path / "ray"), formats=("json", "parquet"), ray="auto",
+                              workers=2, on_outcome=kill_first_worker, **options)
+    assert killed and report.ok, [o.error for o in report.failed]
+    assert len({o.worker for o in report.outcomes} - set(killed)) >= 2  # a fresh actor took over
+    assert _tokens(tmp_path / "ray") == _tokens(tmp_path / "seq")
+
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tmp_path / "ray" / "transcripts.parquet").to_pylist()
+    by_name = {row["name"]: row for row in table}
+    assert len(by_name) == 10
+    for rel, tokens in _tokens(tmp_path / "seq").items():
+        assert by_name[rel[: -len(".json")]]["tokens"] == tokens
+
+    again = transcribe_batch([str(folder)], str(tmp_path / "ray"), formats=("json", "parquet"), ray="auto",
+                             workers=2, **options)
+    assert [o.status for o in again.outcomes] == ["skipped"] * 10
+
+
+def test_a_long_file_cut_into_pieces_is_stitched_with_its_times(tmp_path, shared_data, tiny_model_dir):
+    """Pieces cut inside silences, decoded by two processes, stitched: the file's tokens are its
+    pieces' tokens (each the same as that stretch transcribed alone), times shifted into the file's."""
+    from specwhisper import WhisperEngine
+    from specwhisper.audio import SAMPLE_RATE, load_audio
+
+    audio = shared_data / "longform" / "longform.flac"
+    options = _options(tiny_model_dir)
+    report = transcribe_batch([str(audio)], str(tmp_path / "out"), formats=("json", "vtt"), workers=2, piece_s=60,
+                              **options)
+    assert report.ok and [o.name for o in report.outcomes] == ["longform"]
+    data = json.loads((tmp_path / "out" / "longform.json").read_text())
+    pieces = data["pieces"]
+    assert data["cut_by"] == "vad" and len(pieces) >= 2
+    assert pieces[0]["start_s"] == 0 and abs(pieces[-1]["end_s"] - data["duration_s"]) < 1e-3
+    assert all(a["end_s"] == b["start_s"] for a, b in zip(pieces, pieces[1:]))
+    starts = [s["start_s"] for s in data["segments"]]
+    assert starts == sorted(starts) and data["segments"][-1]["end_s"] > pieces[-1]["start_s"]
+
+    waveform = load_audio(audio)
+    engine = WhisperEngine(str(tiny_model_dir), threads=1)
+    alone = []
+    for piece in pieces:
+        stretch = waveform[round(piece["start_s"] * SAMPLE_RATE):round(piece["end_s"] * SAMPLE_RATE)]
+        alone += engine.transcribe(stretch, language="en").tokens
+    engine.close()
+    assert data["tokens"] == alone
+    assert not list((tmp_path / "out" / LEDGER_DIR / "pieces").glob("*.json"))  # spent once stitched
+    again = transcribe_batch([str(audio)], str(tmp_path / "out"), formats=("json", "vtt"), workers=2, piece_s=60,
+                             **options)
+    assert [o.status for o in again.outcomes] == ["skipped"]
