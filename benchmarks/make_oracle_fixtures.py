@@ -15,6 +15,9 @@
   defaults otherwise (timestamps, condition_on_previous_text, the temperature ladder), plus jfk with
   ``word_timestamps=True`` (words' start, end, probability): what ``specwhisper.WhisperModel`` is
   compared with in tests/test_fw_facade_parity.py (``--only facade``).
+* ``fw_hallucination_<kernel class>.json``: faster-whisper's segments and words with
+  ``hallucination_silence_threshold`` off, 1.0 and 2.0 on a recording with 25 s of hum between two
+  clips (``hallucination_input``), tiny.en greedy (``--only hallucination``).
 
 Runs faster-whisper in the peer environment (``peer_env``), fed the samples our loader decoded
 (the facade fixture: the file path, decoded by faster-whisper itself, as a user calls it; the
@@ -79,12 +82,19 @@ def run(path, **options):
     return {"segments": rows, "seconds": time.perf_counter() - t0, "duration": info.duration}
 
 for clip in job["clips"]:
-    audio = decode_audio(clip["path"], sampling_rate=16000)
-    ours = np.load(clip["npy"])
-    same = audio.size == ours.size and bool(np.array_equal(audio, ours))
-    res = run(clip["path"], word_timestamps=clip["word_timestamps"])
-    print(json.dumps({"id": clip["id"], "options": {"word_timestamps": clip["word_timestamps"]}, **res,
+    if clip.get("path") is None:  # samples made by our code (no file to decode)
+        source, same = np.load(clip["npy"]), True
+    else:
+        audio = decode_audio(clip["path"], sampling_rate=16000)
+        ours = np.load(clip["npy"])
+        same = audio.size == ours.size and bool(np.array_equal(audio, ours))
+        source = clip["path"]
+    extra = clip.get("options", {})
+    res = run(source, word_timestamps=clip["word_timestamps"], **extra)
+    print(json.dumps({"id": clip["id"], "options": {"word_timestamps": clip["word_timestamps"], **extra}, **res,
                       "samples_equal_our_loader": same}), flush=True)
+    if clip.get("path") is None:
+        continue
     if any(s["temperature"] > 0 for s in res["segments"]):  # sampled: also the deterministic greedy-only run
         res = run(clip["path"], word_timestamps=clip["word_timestamps"], temperature=0.0)
         print(json.dumps({"id": clip["id"], "options": {"word_timestamps": clip["word_timestamps"],
@@ -203,6 +213,44 @@ def make_fw_facade(root: Path, tmp: Path, out: Path, model_dir: Path, versions: 
                              json.dumps(result, indent=1, ensure_ascii=False) + "\n")
 
 
+def hallucination_input(root: Path) -> np.ndarray:
+    """jfk, 25 s of a 100 Hz hum with noise (seeded), LJ050-0131: over the hum tiny.en's window
+    holds an anomalous segment that ``hallucination_silence_threshold`` cuts."""
+    clips = {c.id: c for c in load_set("real", root)}
+    first, last = load_audio(clips["jfk"].path), load_audio(clips["ljspeech_LJ050-0131"].path)
+    t = np.arange(16000 * 25) / 16000
+    hum = 0.05 * np.sin(2 * np.pi * 100 * t) + 0.01 * np.random.default_rng(1).standard_normal(t.size)
+    return np.concatenate([first, hum.astype(np.float32), last]).astype(np.float32)
+
+
+HALLUCINATION_THRESHOLDS = (None, 1.0, 2.0)
+
+
+def make_fw_hallucination(root: Path, tmp: Path, out: Path, model_dir: Path, versions: dict) -> Path:
+    """faster-whisper's segments and words of ``hallucination_input`` with tiny.en, greedy, word
+    timings, at each of ``HALLUCINATION_THRESHOLDS`` (None: the rule off)."""
+    npy = tmp / "hallucination.npy"
+    np.save(npy, hallucination_input(root))
+    jobs = [{"id": f"threshold-{t}", "path": None, "npy": str(npy), "word_timestamps": True,
+             "options": {} if t is None else {"hallucination_silence_threshold": t}}
+            for t in HALLUCINATION_THRESHOLDS]
+    proc = subprocess.run([str(ensure_peer_venv()), "-c", _FACADE_PEER], capture_output=True, text=True,
+                          input=json.dumps({"model": str(model_dir), "threads": 2, "clips": jobs}),
+                          env=_peer_env(), check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"faster-whisper hallucination run failed:\n{proc.stderr[-2000:]}")
+    runs = [json.loads(line) for line in proc.stdout.splitlines()]
+    for run in runs:
+        run.pop("samples_equal_our_loader")
+    result = {"faster_whisper": versions["faster_whisper"], "ctranslate2": versions["ctranslate2"],
+              "call": "WhisperModel(tiny.en, device='cpu', compute_type='int8', cpu_threads=2).transcribe("
+                      "samples, language='en', beam_size=1, vad_filter=False, word_timestamps=True, "
+                      "hallucination_silence_threshold=T)", "input": "benchmarks.make_oracle_fixtures."
+              "hallucination_input", "model_dir_name": model_dir.name, "kernel_class": kernel_class(), "runs": runs}
+    return atomic_write_text(out / f"fw_hallucination_{kernel_class()}.json",
+                             json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+
+
 def _peer_env() -> dict:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)  # never let the fork's ctranslate2 leak into the peer
@@ -231,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", help="shared corpus root (default: ../shared/data)")
     ap.add_argument("--out", default=str(REPO / "tests" / "fixtures"))
     ap.add_argument("--base-int8", help="CT2 int8 directory of base for the facade fixture (default: model store)")
-    ap.add_argument("--only", choices=("mel", "greedy", "facade"), help="write one of the fixtures")
+    ap.add_argument("--only", choices=("mel", "greedy", "facade", "hallucination"), help="write one of the fixtures")
     args = ap.parse_args(argv)
     root = shared_data_root(args.data)
     out = Path(args.out)
@@ -246,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "facade"):
             model_dir = Path(args.base_int8) if args.base_int8 else _base_int8()
             print(f"[fixtures] wrote {make_fw_facade(root, tmp, out, model_dir, versions)}", file=sys.stderr)
+        if args.only in (None, "hallucination"):
+            tiny = _model(args.tiny, "tiny.en")
+            print(f"[fixtures] wrote {make_fw_hallucination(root, tmp, out, tiny, versions)}", file=sys.stderr)
     return 0
 
 

@@ -199,6 +199,7 @@ def _dispatch(args) -> int:
                             ("timestamps", "auto"), ("beam_size", 1), ("word_timestamps", False),
                             ("vad", False), ("vad_threshold", None), ("vad_min_silence_ms", None),
                             ("batch_size", None), ("max_line_width", None), ("max_words_per_line", None),
+                            ("hallucination_silence_threshold", None),
                             ("skip_existing", False)):
             setattr(args, name, value)
         return _transcribe(args)

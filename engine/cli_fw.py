@@ -29,6 +29,9 @@ def add_fw_args(t: argparse.ArgumentParser) -> None:
     g.add_argument("--word-timestamps", action="store_true",
                    help="time every word (faster-whisper's alignment rules): JSON segments carry words "
                         "(start, end, word, probability), and srt/vtt can be cut by words")
+    g.add_argument("--hallucination-silence-threshold", type=float, default=None, metavar="S",
+                   help="with --word-timestamps: skip silences longer than S seconds around a segment whose words "
+                        "look hallucinated, and decode again after them (openai-whisper's and faster-whisper's rule)")
     g.add_argument("--vad", action="store_true",
                    help="decode only the speech Silero VAD finds, joined (faster-whisper's vad_filter; needs the "
                         "[vad] extra); times are those of the original audio")
@@ -69,6 +72,14 @@ def check_fw_options(args) -> CueOptions:
             warnings.warn(f"{flag} shapes srt and vtt cues only: no effect on {args.output_format} output",
                           stacklevel=2)
     _check_vad(args)
+    threshold = getattr(args, "hallucination_silence_threshold", None)
+    if threshold is not None and not args.word_timestamps:
+        raise SpecWhisperError("--hallucination-silence-threshold judges segments by their word timings, but word "
+                               "timestamps are off", where="--hallucination-silence-threshold",
+                               hint="add --word-timestamps")
+    if threshold is not None and not threshold > 0:
+        raise SpecWhisperError(f"--hallucination-silence-threshold must be a positive number of seconds, got "
+                               f"{threshold}", where="--hallucination-silence-threshold", hint="use e.g. 2")
     if args.batch_size is not None and args.condition_on_previous_text:
         warnings.warn("--condition-on-previous-text has no effect with --batch-size: chunks decode independently",
                       stacklevel=2)
@@ -128,6 +139,7 @@ def _fw_kwargs(args) -> dict:
                 temperature=parse_temperatures(args.temperature), log_prob_threshold=None,
                 no_speech_threshold=None, condition_on_previous_text=args.condition_on_previous_text,
                 initial_prompt=args.initial_prompt, word_timestamps=args.word_timestamps, vad_filter=True,
+                hallucination_silence_threshold=args.hallucination_silence_threshold,
                 vad_parameters=_vad_parameters(args), numerics=args.numerics, speculation=not args.no_speculation,
                 draft_len=args.draft_len, audio_ctx=args.audio_ctx, seed=args.seed, timestamps=timestamps,
                 scores=False)  # no thresholds: no scoring pass

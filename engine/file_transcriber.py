@@ -55,6 +55,8 @@ def open_transcriber(args) -> tuple[WhisperEngine, FileTranscriber]:
                                  condition_on_previous_text=args.condition_on_previous_text,
                                  audio_ctx=args.audio_ctx, temperature=args.temperature, seed=args.seed,
                                  timestamps=args.timestamps, beam_size=args.beam_size,
-                                 word_timestamps=args.word_timestamps, progress=progress)
+                                 word_timestamps=args.word_timestamps,
+                                 hallucination_silence_threshold=args.hallucination_silence_threshold,
+                                 progress=progress)
 
     return engine, transcribe_file

@@ -34,6 +34,7 @@ from .fallback import (
     parse_temperatures,
 )
 from .features import N_FRAMES, content_frames, log_mel_spectrogram, short_window_features, window_features
+from .hallucination import cut_hallucinations
 from .model_store import resolve_model
 from .pipeline import EncoderAhead
 from .policy import (
@@ -328,6 +329,8 @@ class _Run:
     previous: list[int] = field(default_factory=list)
     reset_since: int = 0  # where the prompt's previous text starts in initial + previous
     last_speech: float = 0.0  # the end of the last word timed (seconds)
+    n_content: int = 0  # frames of the recording
+    dropped: bool = False  # the window just decoded was dropped as a hallucination over silence
     tail: list[int] = field(default_factory=list)  # the last window's incomplete segment (drafting only)
     cpu_free: Callable[[], bool] | None = None  # whether nothing runs beside the decoder now (encoder ahead, draft model)
     lockstep: dict | None = None  # windows decoded in lockstep: slots, step-graph calls, rows fed
@@ -528,6 +531,7 @@ class WhisperEngine:
                    timestamps=opts.timestamps == "on" or (opts.timestamps == "auto" and n_content > N_FRAMES),
                    language_source="token map" if mapped else "given" if opts.language else
                    ("detected" if self.tokenizer.multilingual else "english-only model"))
+        run.n_content = n_content
         run.timings.update(load_s=self.load_seconds, audio_s=t_audio - t_start,
                            features_s=time.perf_counter() - t_audio)
         if run.language is None:
@@ -803,7 +807,9 @@ class WhisperEngine:
         run.timings["decoder_s"] += wstats.prefill_s + wstats.steps_s
         window = self._window_result(run, attempt, start, end_frame, job.encoder_output, job.language)
         window.numerics, window.numerics_reason, window.stats = numerics, reason, wstats.to_dict()
-        if not opts.condition_on_previous_text or attempt.temperature > opts.prompt_reset_on_temperature:
+        if run.dropped:  # decoded again from where the hallucination began: as if never decoded
+            run.dropped = False
+        elif not opts.condition_on_previous_text or attempt.temperature > opts.prompt_reset_on_temperature:
             run.reset_since = len(run.initial) + len(run.previous)
         return window
 
@@ -823,8 +829,11 @@ class WhisperEngine:
             segments = [Segment(start / 100, end_frame / 100, self.tokenizer.decode(text_tokens), emitted)]
             advance = end_frame - start
         if run.opts.word_timestamps:
+            before = run.last_speech
             advance = self._add_words(run, segments, encoder_output, start, end_frame, language, advance,
                                       single_ending=run.timestamps and split.single_ending)
+            if run.opts.hallucination_silence_threshold is not None:
+                segments, advance = self._cut_hallucinations(run, segments, start, end_frame, advance, before)
         segments = [seg for seg in segments if seg.end_s != seg.start_s and seg.text.strip()]
         for seg in segments:
             run.previous.extend(seg.tokens)
@@ -832,6 +841,19 @@ class WhisperEngine:
         return WindowResult(start / 100, (start + advance) / 100, "".join(seg.text for seg in segments), emitted,
                             "", "", {}, segments, attempt.temperature, attempt.avg_logprob, attempt.no_speech_prob,
                             attempt.compression_ratio, start)
+
+    @staticmethod
+    def _cut_hallucinations(run: _Run, segments: list[Segment], start: int, end_frame: int, advance: int,
+                            last_speech: float) -> tuple[list[Segment], int]:
+        """``hallucination_silence_threshold`` (``hallucination``): the segments kept, where the
+        next window starts; the last speech is the last kept word's end."""
+        cut = cut_hallucinations(segments, run.opts.hallucination_silence_threshold, start, end_frame,
+                                 run.n_content, last_speech)
+        run.dropped = cut.drop
+        kept = segments[:cut.kept]
+        ends = [seg.words[-1].end for seg in kept if seg.words]
+        run.last_speech = ends[-1] if ends else last_speech
+        return kept, advance if cut.advance is None else cut.advance
 
     def _add_words(self, run: _Run, segments: list[Segment], encoder_output, start: int, end_frame: int,
                    language: str, advance: int, single_ending: bool) -> int:

@@ -149,7 +149,7 @@ class WhisperModel:
         detected at once). ``specwhisper_options``: ``numerics``, ``speculation``, ``draft_len``,
         ``seed``, ``audio_ctx``, ... (see ``TranscribeOptions``)."""
         local = dict(locals())
-        _reject_unsupported(chunk_length, hallucination_silence_threshold)
+        _reject_unsupported(chunk_length, hallucination_silence_threshold, word_timestamps)
         language = _checked_language(self, language)
         fw = {k: local[k] for k in _FW_NAMES}
         waveform = _waveform(audio)
@@ -294,14 +294,16 @@ _FW_NAMES = ("beam_size", "best_of", "patience", "length_penalty", "repetition_p
              "language_detection_segments", "chunk_length", "vad_filter")
 
 
-def _reject_unsupported(chunk_length: int | None, hallucination_silence_threshold: float | None) -> None:
-    """Options we do not honour yet fail loudly instead of being ignored."""
+def _reject_unsupported(chunk_length: int | None, hallucination_silence_threshold: float | None,
+                        word_timestamps: bool) -> None:
+    """Options we do not honour yet fail loudly instead of being ignored; one faster-whisper
+    ignores without word timings is said to be ignored."""
     if chunk_length not in (None, 30):
         raise SpecWhisperError(f"chunk_length={chunk_length} is not supported (windows are 30 s)",
                                where="chunk_length", hint="leave it unset")
-    if hallucination_silence_threshold is not None:
-        raise SpecWhisperError("hallucination_silence_threshold is not supported yet", where="transcribe",
-                               hint="leave it unset (None)")
+    if hallucination_silence_threshold is not None and not word_timestamps:
+        warnings.warn("hallucination_silence_threshold needs word_timestamps=True (as in faster-whisper, it has "
+                      "no effect without word timings)", stacklevel=3)
 
 
 def _checked_language(model: WhisperModel, language: str | None) -> str | None:

@@ -219,7 +219,7 @@ def test_bad_input_gets_clear_errors(model, jfk_path):
     with pytest.raises(ValueError, match="not a valid language"):
         model.transcribe(jfk_path, language="xx")
     with pytest.raises(SpecWhisperError, match="not supported"):
-        model.transcribe(jfk_path, hallucination_silence_threshold=2.0)
+        model.transcribe(jfk_path, chunk_length=15)
     with pytest.raises(SpecWhisperError, match="not found"):
         model.transcribe("/nonexistent.flac")
 

@@ -19,7 +19,8 @@ LEDGER_DIR = ".specwhisper-batch"
 TEXT_OPTIONS = ("model", "compute_type", "device", "language", "task", "numerics", "no_speculation",
                 "initial_prompt", "condition_on_previous_text", "audio_ctx", "temperature", "seed", "timestamps",
                 "beam_size", "word_timestamps", "vad", "vad_threshold", "vad_min_silence_ms", "batch_size",
-                "max_line_width", "max_words_per_line", "encoder", "batch_decoder", "formats", "piece_s")
+                "max_line_width", "max_words_per_line", "hallucination_silence_threshold", "encoder", "batch_decoder",
+                "formats", "piece_s")
 
 
 def settings_key(settings: dict) -> str:
