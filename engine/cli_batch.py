@@ -27,7 +27,8 @@ def add_batch_parser(sub, add_model_args, add_decoding_args) -> None:
     b.add_argument("--workers", type=int, default=1,
                    help="engines working at once (default 1: sequential, in this process)")
     b.add_argument("--threads-per-worker", type=int, default=None, dest="threads_per_worker",
-                   help="CPU threads of each worker's engine (default: --threads)")
+                   help="CPU threads of each worker's engine (default: this machine's cores shared among "
+                        "--workers here, --threads on Ray)")
     b.add_argument("--piece-s", type=float, default=None, dest="piece_s", metavar="S",
                    help="cut files longer than 1.5 x S seconds at silences into pieces that workers decode "
                         "independently, stitched back with their times (default: whole files)")
@@ -42,13 +43,16 @@ def run_batch_command(args: argparse.Namespace) -> int:
 
     if args.threads_per_worker is not None:
         args.threads = args.threads_per_worker
-    elif args.workers > 1:  # the machine's cores shared out, rather than each worker taking --threads
+    elif args.workers > 1 and args.ray is None:  # this machine's cores shared out among the pool
         args.threads = max(1, (os.cpu_count() or 2) // args.workers)
     formats = tuple(fmt.strip() for fmt in args.output_format.split(",") if fmt.strip())
     report = run_batch(args.inputs, args.output_dir, args, formats=formats, ray=args.ray, workers=args.workers,
                        retries=args.retries, stream=sys.stderr)
     if report.progress is not None:
         print(report.progress.summary(), file=sys.stderr)
+    done = sum(o.status != "failed" for o in report.outcomes)
+    print(f"files: {done} of {len(report.outcomes)} transcribed or already there, {len(report.failed)} failed",
+          file=sys.stderr)
     for outcome in report.failed:
         print(f"failed: {outcome.path}: {outcome.error}", file=sys.stderr)
     return 1 if report.failed else 0

@@ -58,10 +58,10 @@ def test_folders_globs_and_manifests_expand_with_names_that_keep_subfolders(tmp_
                      + json.dumps({"path": str(second)}) + "\n")
     assert [(i.path, i.name) for i in expand_inputs([str(jsonl)])] == [(str(first), "calls/one"),
                                                                        (str(second), second.stem)]
-    csv = tmp_path / "m.csv"
-    csv.write_text(f"path,name\n{first.name},x\n")
-    csv.rename(folder / "m.csv")
-    assert [i.name for i in expand_inputs([str(folder / "m.csv")])] == ["x"]
+    csv = folder / "m.csv"
+    csv.write_bytes(f"\ufeffpath,name\n{first.name},x\n".encode())  # a spreadsheet's byte-order mark
+    assert [i.name for i in expand_inputs([str(csv)])] == ["x"]
+    assert len(expand_inputs([str(folder / "*")])) == 4  # a glob takes audio files only, not m.csv
     assert len(expand_inputs([str(first), str(first), f"{folder}/./{first.name}"])) == 1  # once, however named
 
 
@@ -89,18 +89,29 @@ def test_two_inputs_for_one_name_and_missing_inputs_are_errors(tmp_path):
     assert len(expand_inputs([str(tmp_path)])) == 2  # a folder keeps a/x and b/x apart
     with pytest.raises(SpecWhisperError, match="no such file"):
         expand_inputs([str(tmp_path / "nope.flac")])
-    with pytest.raises(SpecWhisperError, match="matches no file"):
+    with pytest.raises(SpecWhisperError, match="matches no audio file"):
         expand_inputs([str(tmp_path / "*.wav")])
+    (tmp_path / "a" / "Y.flac").write_bytes(b"")
+    (tmp_path / "b" / "y.wav").write_bytes(b"")
+    with pytest.raises(SpecWhisperError, match="same outputs"):  # one file on macOS and Windows
+        expand_inputs([str(tmp_path / "a" / "Y.flac"), str(tmp_path / "b" / "y.wav")])
 
 
 def test_cli_refuses_bad_options_before_loading_a_model(tmp_path, capsys):
     (tmp_path / "a.flac").write_bytes(b"")
+    (tmp_path / "file").write_text("")
     for extra, message in ((["--output-format", "json,docx"], "unknown output format docx"),
                            (["--workers", "0"], "--workers must be at least 1"),
-                           (["--retries", "-1"], "--retries must be at least 0")):
+                           (["--retries", "-1"], "--retries must be at least 0"),
+                           (["--model", str(tmp_path / "no-model")], "no-model"),
+                           (["--tokenmap", str(tmp_path / "none.tmap")], "none.tmap")):
         assert main(["batch", str(tmp_path / "a.flac"), "--output-dir", str(tmp_path / "o"), *extra]) == 2
         assert message in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+    assert main(["batch", str(tmp_path / "a.flac"), "--output-dir", str(tmp_path / "file" / "o")]) == 2
+    assert "cannot write to the output folder" in capsys.readouterr().err
+    with pytest.raises(TypeError, match="threads_per_worker"):
+        transcribe_batch([str(tmp_path / "a.flac")], str(tmp_path / "o"), threads=4)
 
 
 # ---- runs on real audio ----------------------------------------------------------------------

@@ -44,6 +44,10 @@ def transcribe_batch(inputs: list[str], output_dir: str, *, formats: tuple[str, 
     skipped. ``piece_s``: files over 1.5x this many seconds are cut at silences into pieces that
     workers decode independently, then stitched (``batch.pieces``). ``on_outcome(outcome)`` is called as each input ends; ``stream`` gets progress lines.
     ``options``: the ``transcribe`` command's (``model``, ``language``, ``numerics``, ...)."""
+    misplaced = sorted(set(options) & {"threads", "output_format", "output_dir", "inputs", "threads_per_worker"})
+    if misplaced:
+        raise TypeError(f"{', '.join(misplaced)}: not an option of transcribe_batch (use threads_per_worker= and "
+                        "formats=)")
     settings = batch_settings(**options)
     settings.threads = threads_per_worker
     settings.piece_s = piece_s

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import glob
+import io
 import json
 import os
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from ..errors import SpecWhisperError
 AUDIO_SUFFIXES = frozenset({".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".m4a", ".aac", ".webm",
                             ".mp4", ".mkv", ".mov", ".aiff", ".aif"})
 MANIFEST_SUFFIXES = (".jsonl", ".csv")
+RESERVED = (".specwhisper-batch", "transcripts.parquet")  # the output folder's own entries
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,8 @@ def expand_inputs(inputs: list[str]) -> list[BatchItem]:
         raise SpecWhisperError("no audio files found in the inputs", where=" ".join(inputs)[:200],
                                hint=f"give files, folders holding {', '.join(sorted(AUDIO_SUFFIXES)[:4])}..., "
                                     "globs or a .jsonl/.csv manifest")
-    return [BatchItem(item.path, item.name, _duration(item.path)) for item in _unique_names(items)]
+    # absolute paths: workers (Ray actors, on other machines too) do not share the driver's folder
+    return [BatchItem(os.path.abspath(item.path), item.name, _duration(item.path)) for item in _unique_names(items)]
 
 
 def _expand_one(spec: str) -> list[BatchItem]:
@@ -58,10 +61,12 @@ def _expand_one(spec: str) -> list[BatchItem]:
     if path.is_file():
         return [BatchItem(str(path), path.stem)]
     if glob.has_magic(spec):
-        files = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
+        files = sorted(Path(p) for p in glob.glob(spec, recursive=True)
+                       if Path(p).is_file() and Path(p).suffix.lower() in AUDIO_SUFFIXES)
         if not files:
-            raise SpecWhisperError("the pattern matches no file", where=spec, hint="check the pattern (quote it "
-                                   "so that the shell does not expand it first)")
+            raise SpecWhisperError("the pattern matches no audio file", where=spec, hint="check the pattern (quote "
+                                   "it so that the shell does not expand it first); audio files end in "
+                                   f"{', '.join(sorted(AUDIO_SUFFIXES)[:5])}, ...")
         return [BatchItem(str(p), p.stem) for p in files]
     raise SpecWhisperError("no such file or folder", where=spec, hint="give audio files, folders, globs or a "
                            ".jsonl/.csv manifest")
@@ -84,9 +89,11 @@ def read_manifest(path: Path) -> list[BatchItem]:
             raise SpecWhisperError(f"the manifest names a file that is not there: {audio}", where=where,
                                    hint="fix the path (relative paths are taken from the manifest's folder)")
         name = row.get("name") or audio_path.stem
-        if not isinstance(name, str) or name.startswith(("/", "..")) or ".." in Path(name).parts:
+        if (not isinstance(name, str) or name.startswith(("/", "..")) or ".." in Path(name).parts
+                or Path(name).parts[0] in RESERVED or "@" in name):
             raise SpecWhisperError(f"a name must be a relative path inside the output folder, not {name!r}",
-                                   where=where, hint="use names such as call-0001 or 2026/call-0001")
+                                   where=where, hint="use names such as call-0001 or 2026/call-0001 (without "
+                                   f"@, not under {' or '.join(RESERVED)})")
         items.append(BatchItem(str(audio_path), name))
     return items
 
@@ -109,28 +116,36 @@ def _jsonl_rows(path: Path) -> list[tuple[int, dict]]:
 
 
 def _csv_rows(path: Path) -> list[tuple[int, dict]]:
-    reader = csv.DictReader(_read_text(path).splitlines())
-    if reader.fieldnames is None or "path" not in reader.fieldnames:
-        raise SpecWhisperError("a CSV manifest needs a header with a path column", where=str(path),
-                               hint="first line e.g.: path,name")
-    return [(line, row) for line, row in enumerate(reader, 2)]
+    reader = csv.DictReader(io.StringIO(_read_text(path), newline=""))
+    try:
+        if reader.fieldnames is None or "path" not in reader.fieldnames:
+            raise SpecWhisperError("a CSV manifest needs a header with a path column", where=str(path),
+                                   hint="first line e.g.: path,name")
+        return [(reader.line_num, row) for row in reader]
+    except csv.Error as exc:
+        raise SpecWhisperError(f"not CSV: {exc}", where=f"{path}:{reader.line_num}",
+                               hint="write a header line (path,name) and one row a file") from None
 
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # a byte-order mark (as spreadsheets write) is no text
     except UnicodeDecodeError:
         raise SpecWhisperError("the manifest is not UTF-8 text", where=str(path),
                                hint="give a .jsonl or .csv file of paths") from None
+    except OSError as exc:
+        raise SpecWhisperError(f"cannot read the manifest: {exc.strerror}", where=str(path),
+                               hint="check the path and its permissions") from None
 
 
 def _unique_names(items: list[BatchItem]) -> list[BatchItem]:
-    """The items without repeats (a file given twice is done once); two files for one name are an error."""
+    """The items without repeats (a file given twice is done once); two files for one name are an
+    error (names compared without case: on macOS and Windows Call.wav and call.flac share outputs)."""
     seen: dict[str, str] = {}
     unique = []
     for item in items:
         real = os.path.realpath(item.path)
-        other = seen.setdefault(item.name, real)
+        other = seen.setdefault(item.name.casefold(), real)
         if other == real and len(seen) > len(unique):
             unique.append(item)
         elif other != real:

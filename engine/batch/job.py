@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TextIO
 
 from ..errors import SpecWhisperError
 from .inputs import BatchItem, expand_inputs
-from .ledger import is_done, settings_key
+from .ledger import LEDGER_DIR, input_stamp, is_done, settings_key
+from .local_runner import CRASHED
 from .progress import BatchProgress
 from .worker import Outcome
 
@@ -37,7 +39,8 @@ class BatchReport:
 def run_batch(inputs: list[str], output_dir: str, settings: argparse.Namespace, *, formats: tuple[str, ...],
               ray: str | None, workers: int, retries: int, stream: TextIO | None, on_outcome=None) -> BatchReport:
     """``transcribe_batch`` with the command line's options (``settings``); see there."""
-    cues = _check(formats, workers, retries, settings)
+    cues = _check(formats, workers, retries, settings, ray)
+    output_dir = _usable_output_dir(output_dir)
     items = expand_inputs(list(inputs))
     durations = [item.duration_s for item in items]
     progress = BatchProgress(len(items), None if None in durations else sum(durations), stream)
@@ -61,8 +64,9 @@ def run_batch(inputs: list[str], output_dir: str, settings: argparse.Namespace, 
             from .ray_runner import disconnect
 
             disconnect(started)
-    for parent, (item, pieces, method) in plans.items():
-        outcomes[parent] = _stitched(output_dir, item, pieces, method, outcomes, formats, key, settings, cues)
+    for parent, (item, pieces, method, stamp) in plans.items():
+        outcomes[parent] = _stitched(output_dir, item, pieces, method, stamp, outcomes, formats, key, settings,
+                                     cues)
         if on_outcome is not None:
             on_outcome(outcomes[parent])
     return BatchReport([outcomes[item.name] for item in items if item.name in outcomes], progress)
@@ -75,7 +79,9 @@ def _passes(runner, units: list[BatchItem], retries: int, progress: BatchProgres
     pending = units
     for attempt in range(retries + 1):
         again = set()
-        for outcome in runner.run(pending):
+        # inputs whose worker died go round one at a time: the one that kills a worker cannot take others down again
+        alone = attempt > 0 and any(outcomes[unit.name].error == CRASHED for unit in pending)
+        for outcome in runner.run(pending, alone=alone):
             final = outcome.status != "failed" or not outcome.retryable or attempt == retries
             progress.update(outcome, final)
             outcomes[outcome.name] = outcome
@@ -90,9 +96,10 @@ def _passes(runner, units: list[BatchItem], retries: int, progress: BatchProgres
 
 
 def _work_units(items: list[BatchItem], piece_s: float | None
-                ) -> tuple[list[BatchItem], dict[str, tuple[BatchItem, list[BatchItem], str]]]:
+                ) -> tuple[list[BatchItem], dict[str, tuple[BatchItem, list[BatchItem], str, dict]]]:
     """The items as units of work: a long file (over 1.5 x ``piece_s``) as its pieces. Returns the
-    units and, for each file cut, the file, its pieces and how the cuts were found."""
+    units and, for each file cut, the file, its pieces, how the cuts were found and the file's
+    size and time when it was cut."""
     if piece_s is None:
         return items, {}
     from ..audio import load_audio
@@ -104,18 +111,19 @@ def _work_units(items: list[BatchItem], piece_s: float | None
             units.append(item)
             continue
         try:
+            stamp = input_stamp(item.path)
             waveform = load_audio(item.path)
-        except SpecWhisperError:  # the worker reports it, as for any file that does not decode
+        except (SpecWhisperError, OSError):  # the worker reports it, as for any file that does not decode
             units.append(item)
             continue
         pieces, method = plan_pieces(item, waveform, piece_s)
         units.extend(pieces)
         if pieces[0].parent is not None:
-            plans[item.name] = (item, pieces, method)
+            plans[item.name] = (item, pieces, method, stamp)
     return units, plans
 
 
-def _stitched(output_dir: str, item: BatchItem, pieces: list[BatchItem], method: str,
+def _stitched(output_dir: str, item: BatchItem, pieces: list[BatchItem], method: str, stamp: dict,
               outcomes: dict[str, Outcome], formats: tuple[str, ...], key: str, settings: argparse.Namespace,
               cues) -> Outcome:
     """A cut file's outcome: its outputs from its pieces' transcripts where all are there."""
@@ -125,14 +133,17 @@ def _stitched(output_dir: str, item: BatchItem, pieces: list[BatchItem], method:
     from .pieces import stitch
     from .worker import piece_file, piece_record_name, write_outputs
 
-    failed = [outcomes[p.name] for p in pieces if outcomes.get(p.name) is None or outcomes[p.name].status == "failed"]
+    failed = [outcomes.get(p.name) or Outcome(p.path, p.name, "failed", error="never decoded (interrupted)")
+              for p in pieces if outcomes.get(p.name) is None or outcomes[p.name].status == "failed"]
+    if not failed and input_stamp(item.path) != stamp:
+        failed = [Outcome(item.path, item.name, "failed", error="the file changed while its pieces were decoded")]
     if failed:
         return Outcome(item.path, item.name, "failed", error=f"{len(failed)} of its {len(pieces)} pieces failed: "
                        f"{failed[0].error}", retryable=False, worker="driver")
     try:
         transcripts = [(p, json.loads(piece_file(output_dir, p.name).read_text(encoding="utf-8"))) for p in pieces]
         written = write_outputs(output_dir, item, stitch(transcripts, method), formats, key,
-                                {"beam_size": settings.beam_size}, cues)
+                                {"beam_size": settings.beam_size}, cues, stamp)
     except (OSError, ValueError, SpecWhisperError) as exc:
         return Outcome(item.path, item.name, "failed", error=f"stitching its pieces: {exc}", worker="driver")
     for piece in pieces:  # the file's record verifies from now on; its pieces' transcripts are spent
@@ -159,8 +170,9 @@ def _not_done(items: list[BatchItem], output_dir: str, key: str, progress: Batch
     return pending
 
 
-def _check(formats: tuple[str, ...], workers: int, retries: int, settings: argparse.Namespace):
-    """What can be checked before any model loads; returns how srt/vtt cues are cut."""
+def _check(formats: tuple[str, ...], workers: int, retries: int, settings: argparse.Namespace, ray: str | None):
+    """What can be checked before the workers start (the models are found, pulled where needed,
+    once, here); returns how srt/vtt cues are cut."""
     from ..file_transcriber import check_decoding_options
     from .worker import for_checks
 
@@ -177,14 +189,52 @@ def _check(formats: tuple[str, ...], workers: int, retries: int, settings: argpa
         from .parquet import check_parquet_available
 
         check_parquet_available()
-    if getattr(settings, "learn_save", None):
-        raise SpecWhisperError("--learn-save is not supported by batch (each worker learns its own map)",
-                               where="--learn-save", hint="use transcribe --learn --learn-save")
     piece_s = getattr(settings, "piece_s", None)
     if piece_s is not None and not piece_s >= 10:
         raise SpecWhisperError(f"--piece-s must be at least 10 seconds, got {piece_s}", where="--piece-s",
                                hint="use e.g. 600 (ten-minute pieces)")
-    return check_decoding_options(for_checks(settings, formats))
+    cues = check_decoding_options(for_checks(settings, formats))
+    if ray is not None:
+        from .ray_runner import ray_module
+
+        ray_module()
+    _check_models(settings)
+    return cues
+
+
+def _check_models(settings: argparse.Namespace) -> None:
+    """The model, draft model and token map, found (a model directory made absolute: workers on
+    other machines or folders read it too) and the token map read, so that a typo is one clear
+    error here rather than every input failing in every worker."""
+    from ..model_store import resolve_model
+
+    for option in ("model", "draft_model"):
+        name = getattr(settings, option, None)
+        if option == "model" or name is not None:
+            resolve_model(name)
+            if name is not None and Path(name).is_dir():
+                setattr(settings, option, str(Path(name).resolve()))
+    if getattr(settings, "tokenmap", None):
+        from ..tokenmap import load_token_map
+
+        load_token_map(settings.tokenmap)
+        settings.tokenmap = str(Path(settings.tokenmap).resolve())
+
+
+def _usable_output_dir(output_dir: str) -> str:
+    """The output folder, made (absolute: workers do not share the driver's folder) and written
+    to once, so that a read-only or impossible folder is a clear error before any work."""
+    import tempfile
+
+    path = Path(output_dir).resolve()
+    try:
+        (path / LEDGER_DIR).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path / LEDGER_DIR):
+            pass
+    except OSError as exc:
+        raise SpecWhisperError(f"cannot write to the output folder: {exc.strerror}", where=str(path),
+                               hint="give a folder you can write to (--output-dir)") from None
+    return str(path)
 
 
 def _runner(settings: argparse.Namespace, output_dir: str, formats: tuple[str, ...], ray: str | None,

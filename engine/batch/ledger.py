@@ -39,9 +39,11 @@ def input_stamp(path: str) -> dict:
 
 
 def write_record(output_dir: str | Path, name: str, audio_path: str, key: str, outputs: list[Path],
-                 duration_s: float) -> Path:
-    """Record a finished input; written last, after its outputs, so a record means they are whole."""
-    record = {"input": os.path.abspath(audio_path), **input_stamp(audio_path), "settings": key,
+                 duration_s: float, stamp: dict) -> Path:
+    """Record a finished input; written last, after its outputs, so a record means they are whole.
+    ``stamp``: the input's size and time taken before it was read, so that a file still being
+    written while it was transcribed is not recorded as done with the bytes it has now."""
+    record = {"input": os.path.abspath(audio_path), **stamp, "settings": key,
               "duration_s": round(duration_s, 3),
               "outputs": {str(p.relative_to(output_dir)): sha256_file(p) for p in outputs}}
     return atomic_write_text(record_path(output_dir, name), json.dumps(record, indent=1) + "\n")
@@ -52,7 +54,8 @@ def is_done(output_dir: str | Path, name: str, audio_path: str, key: str) -> boo
     try:
         record = json.loads(record_path(output_dir, name).read_text(encoding="utf-8"))
         stamp = input_stamp(audio_path)
-        if record["settings"] != key or record["size"] != stamp["size"] or record["mtime_ns"] != stamp["mtime_ns"]:
+        if (record["settings"] != key or record["size"] != stamp["size"] or record["mtime_ns"] != stamp["mtime_ns"]
+                or record["input"] != os.path.abspath(audio_path)):
             return False
         return all(sha256_file(Path(output_dir) / rel) == digest for rel, digest in record["outputs"].items())
     except (OSError, ValueError, KeyError, TypeError):  # no record, a damaged one, an output gone: do it again

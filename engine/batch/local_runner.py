@@ -5,24 +5,50 @@ held one attempt each; a fresh pool takes the rest, so one crash never ends the 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
+from ..errors import SpecWhisperError
 from .inputs import BatchItem
 from .worker import BatchWorker, Outcome
 
 _worker: BatchWorker | None = None  # the engine of a pool process, made once by its initializer
+_failed_start: str | None = None  # why it could not be made (every input then fails with it)
+_busy = False  # transcribing now (SIGTERM then unwinds; idle, the process just ends)
+
+
+class _Terminated(BaseException):
+    """SIGTERM in a pool process: unwinds, so that an output being written leaves no temporary file."""
+
+
+def _terminate(signum, frame):
+    if not _busy:
+        os._exit(128 + signum)
+    raise _Terminated()
 
 
 def _init_process(args: tuple) -> None:
-    global _worker
-    _worker = BatchWorker(*args)
+    global _worker, _failed_start
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it ends the pool
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        _worker = BatchWorker(*args)
+    except SpecWhisperError as exc:
+        _failed_start = exc.message()
 
 
 def _run_in_process(item: BatchItem) -> Outcome:
-    assert _worker is not None, "pool process without a worker"
-    return _worker(item)
+    global _busy
+    if _worker is None:
+        return Outcome(item.path, item.name, "failed", error=f"the worker could not start: {_failed_start}")
+    _busy = True
+    try:
+        return _worker(item)
+    finally:
+        _busy = False
 
 
 class InProcessRunner:
@@ -32,7 +58,7 @@ class InProcessRunner:
         self._worker_args = worker_args
         self._worker: BatchWorker | None = None
 
-    def run(self, items: list[BatchItem]) -> Iterator[Outcome]:
+    def run(self, items: list[BatchItem], alone: bool = False) -> Iterator[Outcome]:
         if self._worker is None:
             self._worker = BatchWorker(*self._worker_args)
         for item in items:
@@ -59,11 +85,14 @@ class ProcessPoolRunner:
                                          initializer=_init_process, initargs=(self._worker_args,))
         return self._pool
 
-    def run(self, items: list[BatchItem]) -> Iterator[Outcome]:
+    def run(self, items: list[BatchItem], alone: bool = False) -> Iterator[Outcome]:
+        """Outcomes as inputs end. ``alone``: one input at a time (inputs retried after a crash, so
+        that the one that crashes a process cannot take good ones down with it again)."""
         queue = list(reversed(items))
         running: dict[Future, BatchItem] = {}
+        limit = 1 if alone else self._workers
         while queue or running:
-            for item in self._fill(queue, running):
+            for item in self._fill(queue, running, limit):
                 yield _crashed(item)
             if not running:
                 continue
@@ -82,11 +111,11 @@ class ProcessPoolRunner:
                 running.clear()
                 self._fresh_pool()
 
-    def _fill(self, queue: list[BatchItem], running: dict[Future, BatchItem]) -> list[BatchItem]:
+    def _fill(self, queue: list[BatchItem], running: dict[Future, BatchItem], limit: int) -> list[BatchItem]:
         """Give idle processes an input each. A pool found dead here is replaced; the inputs that
         were in it are returned, to be charged an attempt (one of them may be what killed it)."""
         lost: list[BatchItem] = []
-        while queue and len(running) < self._workers:
+        while queue and len(running) < limit:
             pool = self._pool or self._fresh_pool()
             try:
                 future = pool.submit(_run_in_process, queue[-1])
@@ -110,6 +139,8 @@ class ProcessPoolRunner:
         self._pool = None
 
 
+CRASHED = "the worker process died while transcribing it (killed, or out of memory)"
+
+
 def _crashed(item: BatchItem) -> Outcome:
-    return Outcome(item.path, item.name, "failed", error="the worker process died while transcribing it "
-                   "(killed, or out of memory)", retryable=True)
+    return Outcome(item.path, item.name, "failed", error=CRASHED, retryable=True)

@@ -72,7 +72,8 @@ class RayRunner:
         self._worker_args = _shipped(worker_args)
         self._workers, self._threads, self._retries = workers, threads, retries
 
-    def run(self, items: list[BatchItem]) -> Iterator[Outcome]:
+    def run(self, items: list[BatchItem], alone: bool = False) -> Iterator[Outcome]:
+        """Outcomes as inputs end (``alone`` has no use here: Ray retries a dead worker's input alone)."""
         ray = ray_module()
         logging.getLogger("ray.data").setLevel(logging.ERROR)  # its notes on progress bars and logs
         seen: set[str] = set()

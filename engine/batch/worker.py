@@ -59,7 +59,7 @@ def piece_record_name(name: str) -> str:
 
 
 def write_outputs(output_dir: str, item: BatchItem, result, formats: tuple[str, ...], key: str, extra: dict,
-                  cues) -> list[Path]:
+                  cues, stamp: dict) -> list[Path]:
     """``item``'s outputs in every format, each atomic, then its ledger record (last: a record
     means the outputs are whole)."""
     from ..writers import render
@@ -69,7 +69,7 @@ def write_outputs(output_dir: str, item: BatchItem, result, formats: tuple[str, 
         data = (parquet_row_bytes(item, result) if fmt == "parquet"
                 else render(result, fmt, extra, cues).encode("utf-8"))
         atomic_write_bytes(path, data)
-    ledger.write_record(output_dir, item.name, item.path, key, paths, _duration(result, item))
+    ledger.write_record(output_dir, item.name, item.path, key, paths, _duration(result, item), stamp)
     return paths
 
 
@@ -104,26 +104,33 @@ class BatchWorker:
         if ledger.is_done(self.output_dir, record, item.path, self.key):
             return Outcome(item.path, item.name, "skipped", audio_s=item.duration_s or 0.0, worker=self.name)
         try:
+            stamp = ledger.input_stamp(item.path)
             result = self._transcribe(item.path if item.parent is None else _piece_audio(item), None)
-            written = self._write(item, result) if item.parent is None else self._write_piece(item, result)
-        except SpecWhisperError as exc:  # the input's fault (or the disk's): a retry would say the same
+            if ledger.input_stamp(item.path) != stamp:
+                return self._failed(item, "the file changed while it was transcribed", True, start)
+            written = (self._write(item, result, stamp) if item.parent is None
+                       else self._write_piece(item, result, stamp))
+        except SpecWhisperError as exc:  # the input's fault: a retry would say the same
             return self._failed(item, exc.message(), False, start)
+        except OSError as exc:  # the input vanished, or the output folder is full or read-only
+            where = exc.filename or item.path
+            return self._failed(item, f"{exc.strerror or exc} ({where})", False, start)
         except Exception as exc:  # noqa: BLE001 - anything else may be passing (memory, a library's hiccup)
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             return self._failed(item, detail, True, start)
         return Outcome(item.path, item.name, "done", audio_s=_duration(result, item),
                        wall_s=time.perf_counter() - start, outputs=tuple(str(p) for p in written), worker=self.name)
 
-    def _write(self, item: BatchItem, result) -> list[Path]:
+    def _write(self, item: BatchItem, result, stamp: dict) -> list[Path]:
         return write_outputs(self.output_dir, item, result, self.formats, self.key,
-                             {"beam_size": self.settings.beam_size}, self.cues)
+                             {"beam_size": self.settings.beam_size}, self.cues, stamp)
 
-    def _write_piece(self, item: BatchItem, result) -> list[Path]:
+    def _write_piece(self, item: BatchItem, result, stamp: dict) -> list[Path]:
         from ..writers import render
 
         path = atomic_write_bytes(piece_file(self.output_dir, item.name), render(result, "json").encode("utf-8"))
         ledger.write_record(self.output_dir, piece_record_name(item.name), item.path, self.key, [path],
-                            _duration(result, item))
+                            _duration(result, item), stamp)
         return [path]
 
     def _failed(self, item: BatchItem, error: str, retryable: bool, start: float) -> Outcome:
@@ -142,11 +149,20 @@ def for_checks(settings: argparse.Namespace, formats: tuple[str, ...]) -> argpar
 
 
 def _piece_audio(item: BatchItem):
-    """A piece's samples, cut from its file as the planner cut them (the whole file decoded alike)."""
+    """A piece's samples, as the planner cut them from the whole file's: a 16 kHz file's span is
+    read alone (the same samples, without decoding hours of audio for minutes), others whole."""
+    import soundfile
+
     from ..audio import SAMPLE_RATE, load_audio
 
-    waveform = load_audio(item.path)
-    return waveform[round((item.start_s or 0.0) * SAMPLE_RATE):round((item.end_s or 0.0) * SAMPLE_RATE)]
+    first, stop = round((item.start_s or 0.0) * SAMPLE_RATE), round((item.end_s or 0.0) * SAMPLE_RATE)
+    try:
+        if soundfile.info(item.path).samplerate == SAMPLE_RATE:
+            span, _ = soundfile.read(item.path, start=first, stop=stop, dtype="float32", always_2d=True)
+            return load_audio(span, sample_rate=SAMPLE_RATE)
+    except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError):
+        pass  # a format soundfile does not read: decoded whole below
+    return load_audio(item.path)[first:stop]
 
 
 def _duration(result, item: BatchItem) -> float:
