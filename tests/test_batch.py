@@ -248,3 +248,12 @@ def test_a_long_file_cut_into_pieces_is_stitched_with_its_times(tmp_path, shared
     again = transcribe_batch([str(audio)], str(tmp_path / "out"), formats=("json", "vtt"), workers=2, piece_s=60,
                              **options)
     assert [o.status for o in again.outcomes] == ["skipped"]
+
+
+def test_every_batch_option_is_either_in_the_resume_key_or_speed_only():
+    from specwhisper.batch import batch_settings
+    from specwhisper.batch.ledger import SPEED_OPTIONS, TEXT_OPTIONS
+
+    options = set(vars(batch_settings())) - {"formats"}
+    assert options - set(TEXT_OPTIONS) - set(SPEED_OPTIONS) == set()
+    assert not set(TEXT_OPTIONS) & set(SPEED_OPTIONS)

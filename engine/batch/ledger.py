@@ -23,6 +23,14 @@ TEXT_OPTIONS = ("model", "compute_type", "device", "language", "task", "numerics
                 "formats", "piece_s")
 
 
+# The options that change speed only (drafting, threads, where it runs) or say what to do with the
+# inputs: left out of the key, so changing them redoes nothing. Every option of ``batch`` is in one
+# of the two lists (a test says so), so a new option cannot be forgotten.
+SPEED_OPTIONS = ("tokenmap", "draft_len", "prompt_lookup", "draft_model", "learn", "threads", "decoder_threads",
+                 "threads_per_worker", "workers", "ray", "retries", "inputs", "output_dir", "output_format",
+                 "command")
+
+
 def settings_key(settings: dict) -> str:
     """A digest of the text-deciding options (missing ones count as None)."""
     chosen = {name: settings.get(name) for name in TEXT_OPTIONS}
