@@ -36,6 +36,10 @@ class TokenMapError(SpecWhisperError):
     """A token map could not be built, read or matched to a model."""
 
 
+class OutputError(SpecWhisperError):
+    """An output file could not be written (a read-only or full disk, a file where a folder should be)."""
+
+
 class NetworkError(ModelError):
     """A download was needed but no network (or hub) is reachable."""
 

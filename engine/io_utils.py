@@ -1,11 +1,31 @@
-"""Files appear whole or not at all: write to a temporary file beside the target, then rename."""
+"""Files appear whole or not at all: write to a temporary file beside the target, then rename.
+
+A failed write (a full or read-only disk) leaves neither the file nor the temporary one and raises
+the ``OSError`` (callers that may carry on without the file, such as caches, catch it);
+``write_failure`` turns it into the user-facing error for outputs the user asked for.
+"""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import tempfile
 from pathlib import Path
+
+from .errors import OutputError, SpecWhisperError
+
+# what to do about a failed write, by errno (the rest: the generic hint of ``write_failure``)
+_HINTS = {
+    errno.ENOSPC: "free space on that disk, or write to another one{option}",
+    errno.EDQUOT: "free space within your disk quota, or write elsewhere{option}",
+    errno.EROFS: "that file system is mounted read-only: write to another one{option}",
+    errno.EACCES: "make the folder writable (chmod u+w), or write elsewhere{option}",
+    errno.EPERM: "make the folder writable (chmod u+w), or write elsewhere{option}",
+    errno.ENOTDIR: "remove that file or write elsewhere{option}",
+    errno.EEXIST: "remove that file or write elsewhere{option}",
+    errno.EISDIR: "a folder stands where the file should be: remove it, or write elsewhere{option}",
+}
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
@@ -27,6 +47,20 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_failure(exc: OSError, path: str | os.PathLike[str], what: str = "the output file",
+                  option: str | None = None, error: type[SpecWhisperError] = OutputError) -> SpecWhisperError:
+    """The clear error for a failed write of ``path`` (``what``: the file in words; ``option``:
+    the command-line option that chooses where it goes, named in the hint)."""
+    reason = (exc.strerror or str(exc)).lower()
+    where = path
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):  # mkdir met a file on the way to the folder
+        reason, where = "a file stands where a folder should be", exc.filename or path
+    also = f" (--{option.lstrip('-')})" if option else ""
+    hint = _HINTS.get(exc.errno, "check that the folder exists and is writable, or write elsewhere{option}")
+    return error(f"cannot write {what}: {reason} (nothing was written)", where=str(where),
+                 hint=hint.format(option=also))
 
 
 def _umask() -> int:

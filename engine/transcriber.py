@@ -1072,9 +1072,17 @@ class WhisperEngine:
                               timestamp_begin=special.timestamp_begin, vocab_size=self.lm.vocab_size)
 
     def close(self) -> None:
-        """Stop the draft model's ahead thread now (dropping the engine stops it too, within a second)."""
+        """Stop the draft model's ahead thread and wait for it (dropping the engine stops it too):
+        once this returns the engine runs no thread of its own. The engine still transcribes
+        afterwards, without the draft model. Encoder-ahead threads live only within a call."""
         if self.draft_drafter is not None:
             self.draft_drafter.close()
+
+    def __enter__(self) -> WhisperEngine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # ------------------------------------------------------------------------------------------
     def save_learned(self, path: str | Path) -> Path:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .io_utils import atomic_write_text
+from .io_utils import atomic_write_text, write_failure
 from .transcriber import Segment
 from .word_timestamps import Word
 
@@ -117,8 +117,14 @@ def wrap_words(words: Sequence[str], width: int | None) -> str:
 
 def write_result(result: Transcript, audio_path: str | Path, output_dir: str | Path, fmt: str,
                  extra: dict | None = None, cues: CueOptions | None = None) -> Path:
-    """Write ``<output_dir>/<stem>.<fmt>``; the file appears whole or not at all."""
-    return atomic_write_text(output_path(audio_path, output_dir, fmt), render(result, fmt, extra, cues))
+    """Write ``<output_dir>/<stem>.<fmt>``; the file appears whole or not at all. A disk that is
+    full or read-only raises ``OutputError`` (what, where, what to do), leaving nothing behind."""
+    path = output_path(audio_path, output_dir, fmt)
+    text = render(result, fmt, extra, cues)
+    try:
+        return atomic_write_text(path, text)
+    except OSError as exc:
+        raise write_failure(exc, path, f"the {fmt} output", option="output-dir") from None
 
 
 def output_path(audio_path: str | Path, output_dir: str | Path, fmt: str) -> Path:

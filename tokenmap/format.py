@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from specwhisper.errors import TokenMapError
-from specwhisper.io_utils import atomic_write_bytes
+from specwhisper.io_utils import atomic_write_bytes, write_failure
 
 from .trie import TrieArrays
 
@@ -228,8 +228,7 @@ class TokenMap:
         try:
             return atomic_write_bytes(path, self.to_bytes())
         except OSError as exc:
-            raise TokenMapError(f"cannot write the token map: {exc.strerror or exc}", where=str(path),
-                                hint="check that the directory exists and is writable") from None
+            raise write_failure(exc, path, "the token map", error=TokenMapError) from None
 
 
 def _layout(n_nodes: int) -> tuple[list[int], int]:

@@ -46,6 +46,7 @@ AHEAD_ENCODER_SHARE = 0.5
 # main prefill, the thread handovers): on 2-5-token digit clips (results/bench9-real) the decoder
 # phase took about 7 ms more per clip with the draft model than single-row greedy.
 AHEAD_WINDOW_MS = 8.0
+IDLE_WAKE_S = 5.0  # the idle ahead thread re-checks its DraftAhead this often (a safety net: drops notify it)
 REPROBE_EVERY = 16  # a refused draft model still runs on every 16th window, to keep its measurements fresh
 
 
@@ -285,11 +286,13 @@ class DraftAhead:
         self._snapshot: tuple[int, tuple[int, ...]] = (-1, ())  # (generation, fed + prediction)
         self._busy = False
         self._stopping = False
-        # The thread holds only a weak reference between jobs, so that an engine dropped without
-        # ``close()`` frees its draft model (the thread then ends within a second).
-        self._thread = threading.Thread(target=_ahead_loop, args=(weakref.ref(self),), name="draft-ahead",
+        # The thread holds only a weak reference while it waits, so that an engine dropped without
+        # ``close()`` frees its draft model; the finalizer then wakes the thread and joins it, so a
+        # dropped engine leaves no thread behind (apps create engines for days: they must not pile up).
+        self._thread = threading.Thread(target=_ahead_loop, args=(weakref.ref(self), self._cv), name="draft-ahead",
                                         daemon=True)
         self._thread.start()
+        self._finalizer = weakref.finalize(self, _stop_thread, self._cv, self._thread)
 
     # --- main thread -------------------------------------------------------------------------
     def prepare(self, audio) -> None:
@@ -331,10 +334,14 @@ class DraftAhead:
         self.waited_s += time.perf_counter() - t0
         return ready
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Stop the thread and wait for it (at most ``timeout_s``: a job under way, one draft-model
+        call, finishes first), so that nothing of the draft model runs once this returns."""
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
 
     # --- the thread ---------------------------------------------------------------------------
     def _wants_work(self) -> bool:
@@ -352,15 +359,12 @@ class DraftAhead:
         ahead = len(dec.fed) + 1 - len(target)
         return ahead < self.lookahead and dec.pred != dec.eot and dec.room() >= 1
 
-    def _next_job(self, idle_s: float):
-        """The next unit of work, waiting up to ``idle_s`` for one (None: none, or stopping)."""
-        with self._cv:
-            if not self._stopping and not self._wants_work():
-                self._cv.wait(idle_s)
-            if self._stopping or not self._wants_work():
-                return None
-            self._busy = True
-            return self._take_job()
+    def _next_job(self):
+        """(Under the lock.) The next unit of work (None: none now)."""
+        if not self._wants_work():
+            return None
+        self._busy = True
+        return self._take_job()
 
     def _run_job(self, job) -> None:
         try:
@@ -406,16 +410,30 @@ class DraftAhead:
         self._active = gen
 
 
-def _ahead_loop(ref: weakref.ref) -> None:
-    """The ahead thread: run jobs while the ``DraftAhead`` lives and is not shut down."""
+def _ahead_loop(ref: weakref.ref, cv: threading.Condition) -> None:
+    """The ahead thread: run jobs while the ``DraftAhead`` lives and is not shut down. It waits
+    for work without a strong reference, so that dropping the ``DraftAhead`` (its finalizer
+    notifies ``cv``) ends the thread at once."""
     while True:
-        ahead = ref()
-        if ahead is None or ahead._stopping:
-            return
-        job = ahead._next_job(idle_s=1.0)
-        if job is not None:
-            ahead._run_job(job)
+        with cv:
+            ahead = ref()
+            if ahead is None or ahead._stopping:
+                return
+            job = ahead._next_job()
+            if job is None:
+                del ahead
+                cv.wait(IDLE_WAKE_S)
+                continue
+        ahead._run_job(job)
         del ahead, job
+
+
+def _stop_thread(cv: threading.Condition, thread: threading.Thread) -> None:
+    """A dropped ``DraftAhead``'s finalizer: wake its thread (which then finds it gone) and join it."""
+    with cv:
+        cv.notify_all()
+    if thread is not threading.current_thread():
+        thread.join(5.0)
 
 
 class DraftModelDrafter:
@@ -446,6 +464,7 @@ class DraftModelDrafter:
         self._eot = self.lm.tokenizer.special.eot
         self.max_draft_steps = max_draft_steps
         self.enabled = True
+        self.closed = False
         self.stats = DraftModelStats()
         self.off_reason = ""  # why the current window has no drafts ("" while drafting)
         self._dec = DraftDecoder(self.lm, self.stats)
@@ -457,7 +476,7 @@ class DraftModelDrafter:
     def prepare(self, audio: np.ndarray) -> None:
         """Start the draft encoder on a window's audio before the main model encodes it (ahead mode
         only: the encoders then share the cores instead of the draft encoder delaying decoding)."""
-        if self.ahead is not None and self.enabled:
+        if self.ahead is not None and self.enabled and not self.closed:
             self.ahead.prepare(audio)
 
     def begin(self, window: WindowContext) -> None:
@@ -465,8 +484,8 @@ class DraftModelDrafter:
             self.ahead.stop_window()  # the thread frees the old state: only it touches the decoder
         else:
             self._dec.close()
-        if not self.enabled:
-            self.off_reason = "disabled"
+        if not self.enabled or self.closed:
+            self.off_reason = "closed" if self.closed else "disabled"
             return
         if window.audio is None:
             self.off_reason = "no audio for this window"
@@ -532,7 +551,9 @@ class DraftModelDrafter:
             self._dec.close()
 
     def close(self) -> None:
-        """Stop the ahead thread (it is a daemon; this only frees it sooner)."""
+        """Stop the ahead thread and wait for it to end (dropping the drafter stops it too). A
+        closed drafter drafts nothing: an engine used after ``close()`` still transcribes exactly."""
+        self.closed = True
         if self.ahead is not None:
             self.ahead.shutdown()
 

@@ -59,9 +59,13 @@ class TokenMapDrafter:
                  begin: int | None = None, learned_weight: float = 1.0, recall_weight: float = 64.0,
                  backoff: float = 2.0, min_prob: float = 0.05, min_cum: float = 0.1, anchor_min: int = 30,
                  gap_tail: int = 2, gap_backoff: float = 1.0, static_recall_weight: float | None = None,
-                 save_merged: bool = True, length_sigma: float = 0.15) -> None:
+                 save_merged: bool = True, length_sigma: float = 0.15, max_learned_utterances: int | None = None,
+                 max_learned_nodes: int | None = None) -> None:
+        """``max_learned_utterances`` / ``max_learned_nodes``: the learned map's caps (None: the
+        defaults of ``tokenmap.dynamic``, 2,048 utterances in at most 131,072 nodes); past them
+        the oldest learned utterances are forgotten, so memory stays bounded however long it learns."""
         from specwhisper.tokenmap.build import DEFAULT_MAX_LEN, DEFAULT_N
-        from specwhisper.tokenmap.dynamic import DynamicTrie
+        from specwhisper.tokenmap.dynamic import DEFAULT_MAX_NODES, DEFAULT_MAX_UTTERANCES, DynamicTrie
         from specwhisper.tokenmap.format import FLAG_LEARNED
 
         if tokenizer is not None:
@@ -84,7 +88,9 @@ class TokenMapDrafter:
         self.save_merged = save_merged
         n = static.header.n if static is not None else DEFAULT_N
         max_len = static.header.max_len if static is not None else DEFAULT_MAX_LEN
-        self.dynamic = DynamicTrie(n, max_len, self.begin_id, self.eot) if learn else None
+        caps = {"max_utterances": max_learned_utterances or DEFAULT_MAX_UTTERANCES,
+                "max_nodes": max_learned_nodes or DEFAULT_MAX_NODES}
+        self.dynamic = DynamicTrie(n, max_len, self.begin_id, self.eot, **caps) if learn else None
         self._maps = [m for m in (static, self.dynamic) if m is not None]
         self._weights = [1.0 if m is static else learned_weight for m in self._maps]
         if static_recall_weight is None:  # a map saved by --learn-save holds the user's own utterances
@@ -147,9 +153,9 @@ class TokenMapDrafter:
 
     def end(self, tokens: Sequence[int]) -> None:
         if self.dynamic is not None:
-            before = self.dynamic.sequences.n_sequences
+            before = self.dynamic.learned
             self.dynamic.add(tokens, self._speech_s)
-            self.stats["learned"] += self.dynamic.sequences.n_sequences - before
+            self.stats["learned"] += self.dynamic.learned - before
             self._gap_cache.clear()
         self._reset_cache()
         self._recall_maps = list(self._maps)  # the learned trie changed: a view's cached counts are stale

@@ -1,0 +1,443 @@
+"""Reliability (issue 21), the slices after fuzzing, interrupts and the hour-long run:
+
+* engines created, used and closed (or dropped) again and again leave no thread behind;
+* the learned token map (``learn=True``) stays under its cap however much it learns, and still
+  drafts a command the user keeps saying;
+* a read-only output folder or a full disk: one clear error, a non-zero exit, no file left;
+* the same input gives the same JSON bytes (wall-clock fields aside) run after run, and on 1 or
+  2 threads within one numerics;
+* one engine shared by 8 threads: every result equals its single-threaded one, no deadlock, RSS
+  flat.
+
+CI runs short versions; ``-m full`` the long ones (1,000 engines, 10 minutes of 8 threads).
+Figures and commands: docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import gc
+import json
+import os
+import random
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from clips import clips
+from specwhisper import WhisperEngine
+from specwhisper.audio import load_audio
+from specwhisper.cli import main
+from specwhisper.drafters.base import WindowContext
+from specwhisper.drafters.tokenmap_drafter import TokenMapDrafter
+from specwhisper.writers import render
+
+# --- 1. engine create / transcribe / close cycles -------------------------------------------------
+
+
+def _native_threads() -> int:
+    """Threads of this process as the OS counts them (CTranslate2's and ONNX Runtime's pools too)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def _settled(start: set[threading.Thread], timeout_s: float = 0.0) -> set[threading.Thread]:
+    """Python threads beyond ``start`` after a collection (waiting at most ``timeout_s`` for them)."""
+    gc.collect()
+    deadline = time.monotonic() + timeout_s
+    while (extra := set(threading.enumerate()) - start) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return extra
+
+
+def _engine_cycles(cycles: int, tiny_model_dir: Path, base_model_dir: Path, clip, long_clip,
+                   draft_every: int, share_base: bool = False) -> dict:
+    """``cycles`` engines created, used and closed or dropped; every ``draft_every``-th on base with
+    tiny.en as its draft model (a thread of its own; ``share_base``: base loaded once, only the
+    draft model each time), every 5th left with a transcription under way (its encoder-ahead
+    thread). After each: the Python threads are the ones before the first, with no wait; the OS
+    threads no more than after a first (warm-up) cycle of each kind."""
+    base = WhisperEngine(base_model_dir, threads=2, prompt_lookup=False).lm if share_base else None
+    start = set(threading.enumerate())
+    seen: set[str] = set()
+    native: dict[bool, int] = {}
+    closed = dropped = 0
+    made = {False: 0, True: 0}  # engines of each kind so far: every other one is closed, the rest dropped
+    t0 = time.perf_counter()
+    for i in range(-2, cycles):  # -2 and -1: warm-up cycles (process-wide pools start once)
+        draft = i % draft_every == draft_every - 1 if i >= 0 else i == -1
+        if draft:
+            engine = WhisperEngine(base_model_dir if base is None else None, threads=2, loaded=base,
+                                   draft_model="tiny.en", prompt_lookup=False)
+            assert engine.draft_drafter is not None and engine.draft_drafter.ahead is not None
+        else:
+            engine = WhisperEngine(tiny_model_dir, threads=2, prompt_lookup=False)
+        if i % 5 == 4 and not draft:  # abandoned after its first window: the encoder of the next runs ahead
+            running = engine.transcription(long_clip, language="en", timestamps="off")
+            next(iter(running))
+            seen.update(t.name for t in threading.enumerate())
+            del running
+        else:
+            assert engine.transcribe(clip, language="en").text.strip()
+        seen.update(t.name for t in threading.enumerate())
+        made[draft] += 1
+        if made[draft] % 2:
+            engine.close()
+            closed += 1
+        else:
+            dropped += 1
+        del engine
+        extra = _settled(start)
+        assert not extra, f"cycle {i}: threads left behind: {sorted(t.name for t in extra)}"
+        if i < 0:
+            native[draft] = max(native.get(draft, 0), _native_threads())
+        else:
+            assert _native_threads() <= max(native.values()), f"cycle {i}: OS threads grew"
+    # the cycles did start the threads whose ends they check
+    assert any(n.startswith("draft-ahead") for n in seen) and any(n.startswith("encoder-ahead") for n in seen)
+    assert made[True] >= 3 and closed >= 2 and dropped >= 2  # warm-ups included: both ends of a draft engine
+    return {"cycles": cycles, "closed": closed - 2, "dropped": dropped, "s": time.perf_counter() - t0,
+            "threads_after": len(threading.enumerate()), "os_threads_after": _native_threads()}
+
+
+def _clips_for_cycles(shared_data: Path):
+    clip = load_audio(clips(shared_data, "smarthome")[0]["path"])
+    long_clip = load_audio(shared_data / "longform/longform.flac")[:16000 * 70]  # three 30 s windows
+    return clip, long_clip
+
+
+def test_engine_cycles_leave_no_thread(tiny_model_dir, base_model_dir, shared_data):
+    figures = _engine_cycles(12, tiny_model_dir, base_model_dir, *_clips_for_cycles(shared_data), draft_every=6,
+                             share_base=True)
+    print(f"\n[reliability] engine cycles: {figures}")
+
+
+@pytest.mark.full
+def test_a_thousand_engine_cycles_leave_no_thread(tiny_model_dir, base_model_dir, shared_data):
+    figures = _engine_cycles(1000, tiny_model_dir, base_model_dir, *_clips_for_cycles(shared_data),
+                             draft_every=10)
+    print(f"\n[reliability] engine cycles: {figures}")
+
+
+def test_a_closed_engine_still_transcribes_exactly(base_model_dir, shared_data):
+    """``close()`` stops the draft model's thread; the engine keeps transcribing, drafting without it."""
+    path = clips(shared_data, "real")[0]["path"]
+    with WhisperEngine(base_model_dir, threads=2, draft_model="tiny.en") as engine:
+        before = engine.transcribe(path, language="en", numerics="batch-invariant").tokens
+    assert not any(t.name == "draft-ahead" for t in threading.enumerate())
+    after = engine.transcribe(path, language="en", numerics="batch-invariant")
+    assert after.tokens == before and engine.draft_drafter.off_reason == "closed"
+
+
+# --- 2. the learned token map is bounded -----------------------------------------------------------
+
+EOT, BEGIN = 50256, 50362
+
+
+def _learn(drafter: TokenMapDrafter, tokens: list[int], speech_s: float | None = None) -> None:
+    """One window through the drafter's protocol: begin, end (which learns its tokens)."""
+    drafter.begin(WindowContext(prompt=(BEGIN,), eot=EOT, max_new_tokens=224, speech_s=speech_s))
+    drafter.end(tokens)
+
+
+def test_learned_map_stays_under_its_cap_and_keeps_a_repeated_command():
+    """5,000 utterances learned: the map never holds more than its caps, forgot the oldest ones,
+    and still drafts whole the command said every 50 utterances; a map that learned only the
+    utterances it holds is node for node the same (forgetting takes out exactly what was added)."""
+    rng = random.Random(21)
+    cap_utterances, cap_nodes = 1000, 40_000
+    drafter = TokenMapDrafter(eot=EOT, begin=BEGIN, learn=True, max_learned_utterances=cap_utterances,
+                              max_learned_nodes=cap_nodes)
+    command = [1468, 322, 264, 6525, 5811, 13]  # " Turn on the kitchen lights."
+    once = [2264, 2093, 264, 16153, 11]  # said once, at the start
+    _learn(drafter, once, 2.0)
+    vocab = list(range(220, 20000))
+    most = 0
+    for i in range(5000):
+        if i % 50 == 25:
+            _learn(drafter, command, 1.5)
+        else:
+            _learn(drafter, rng.sample(vocab, rng.randint(2, 40)), rng.choice([None, 1.0, 3.0]))
+        dyn = drafter.dynamic
+        most = max(most, dyn.n_nodes)
+        assert dyn.n_utterances <= cap_utterances and dyn.n_nodes <= cap_nodes, i
+    assert drafter.stats["learned"] == 5001 and dyn.forgotten == 5001 - dyn.n_utterances > 4000
+    print(f"\n[reliability] learned map: {dyn.n_utterances} utterances held, {dyn.n_nodes} nodes "
+          f"(most {most}, cap {cap_nodes}), {dyn.forgotten} forgotten")
+    drafter.begin(WindowContext(prompt=(BEGIN,), eot=EOT, max_new_tokens=224, speech_s=1.5))
+    assert drafter.propose(command[:2], 16) == [*command[2:], EOT]  # recalled whole after two tokens
+    assert drafter.propose(once[:2], 16) != [*once[2:], EOT]  # forgotten
+    assert dyn.find([BEGIN, *once[:2]]) < 0
+
+    fresh = TokenMapDrafter(eot=EOT, begin=BEGIN, learn=True).dynamic
+    for text, speech in dyn._held:
+        fresh.add(text, speech)
+    assert _trie(dyn) == _trie(fresh)
+    assert dyn.sequences.flat == fresh.sequences.flat  # what --learn-save writes
+
+
+def _trie(dyn) -> dict:
+    """Every path of a learned trie with its count, best next token and speech lengths."""
+    out, stack = {}, [(0, ())]
+    while stack:
+        node, path = stack.pop()
+        best = dyn.best(node)
+        out[path] = (dyn.count(node), dyn.token_of(best) if best >= 0 else None, sorted(dyn.speech.get(node, ())))
+        stack.extend((kid, (*path, t)) for t, kid in dyn._kids[node].items())
+    return out
+
+
+@pytest.mark.full
+def test_learning_from_hundreds_of_real_commands_stays_bounded_and_exact(base_model_dir, shared_data):
+    """Car and smart-home commands, three times over, through an engine that learns with a cap of
+    64 utterances: tokens always those of no-speculation greedy, the map under its cap, and a
+    command said again right away recalled whole."""
+    engine = WhisperEngine(base_model_dir, threads=2, learn=True, prompt_lookup=False)
+    dyn = engine.tokenmap_drafter.dynamic
+    dyn.max_utterances = 64
+    paths = [c["path"] for c in clips(shared_data, "car") + clips(shared_data, "smarthome")]
+    oracle = {p: engine.transcribe(p, language="en", numerics="batch-invariant", speculation=False).tokens
+              for p in paths}
+    n, heard, recalled = 0, [], []
+    for _ in range(3):
+        for p in paths:
+            result = engine.transcribe(p, language="en", numerics="batch-invariant")
+            assert result.tokens == oracle[p], p
+            assert dyn.n_utterances <= 64
+            n += 1
+        heard.append(result.stats["verify_calls"])  # the last command of the pass (forgotten since the last)
+        again = engine.transcribe(paths[-1], language="en", numerics="batch-invariant")  # said again at once
+        assert again.tokens == oracle[paths[-1]]
+        recalled.append(again.stats["verify_calls"])
+    print(f"\n[reliability] learned through the engine: {n} utterances, {dyn.n_utterances} held, "
+          f"{dyn.n_nodes} nodes, {dyn.forgotten} forgotten; verify calls of the last command {heard}, "
+          f"said again at once {recalled}")
+    assert dyn.learned >= n and dyn.forgotten > 0 and all(r < h for r, h in zip(recalled, heard))
+
+
+# --- 3. a read-only output folder, a full disk ------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _tmpfs(path: Path, *options: str):
+    """A small tmpfs mounted at ``path`` (root only), or None where mounting is not possible here."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        yield None
+        return
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(("size=64k", *options)), "tmpfs", str(path)],
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        done = None
+    if done is None or done.returncode != 0:
+        yield None
+        return
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+
+
+def _transcribe_into(out: Path, clip: str, model: Path, capsys) -> tuple[int, str]:
+    rc = main(["transcribe", clip, "--model", str(model), "--language", "en", "--output-format", "json",
+               "--output-dir", str(out)])
+    return rc, capsys.readouterr().err
+
+
+def _assert_clear_failure(rc: int, err: str, reason: str, where: Path, hint: str) -> None:
+    assert rc != 0 and "Traceback" not in err, err
+    assert f"error: cannot write the json output: {reason}" in err, err
+    assert f"where: {where}" in err and f"what to do: {hint}" in err and "--output-dir" in err, err
+
+
+def test_read_only_output_folder(tiny_model_dir, shared_data, tmp_path, capsys, monkeypatch, request):
+    clip = clips(shared_data, "smarthome")[0]["path"]
+    expected = tmp_path / "out" / f"{Path(clip).stem}.json"
+    with _tmpfs(tmp_path / "out", "ro") as mounted:
+        out = tmp_path / "out"
+        if mounted is None and os.geteuid() != 0:
+            out.chmod(0o555)
+            request.addfinalizer(lambda: out.chmod(0o755))  # pytest must be able to remove it
+        elif mounted is None:  # root without mount: the write refused as a read-only file system would
+            def refuse(*args, **kwargs):
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+            monkeypatch.setattr("specwhisper.io_utils.tempfile.mkstemp", refuse)
+        rc, err = _transcribe_into(out, clip, tiny_model_dir, capsys)
+        assert list(out.iterdir()) == []
+    if os.geteuid() != 0:
+        _assert_clear_failure(rc, err, "permission denied", expected, "make the folder writable")
+    else:
+        _assert_clear_failure(rc, err, "read-only file system", expected, "that file system is mounted read-only")
+
+
+def test_a_file_where_the_output_folder_should_be(tiny_model_dir, shared_data, tmp_path, capsys):
+    clip = clips(shared_data, "smarthome")[0]["path"]
+    (tmp_path / "out").write_text("not a folder")
+    rc, err = _transcribe_into(tmp_path / "out" / "sub", clip, tiny_model_dir, capsys)
+    _assert_clear_failure(rc, err, "a file stands where a folder should be", tmp_path / "out", "remove that file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and (tmp_path / "out").read_text() == "not a folder"
+
+
+def test_full_disk(tiny_model_dir, shared_data, tmp_path, capsys):
+    """A real full disk: a 64 KB tmpfs filled up (where mounting one is possible here)."""
+    clip = clips(shared_data, "smarthome")[0]["path"]
+    with _tmpfs(tmp_path / "out") as out:
+        if out is None:
+            pytest.skip("cannot mount a tmpfs here (root and mount needed): test_full_disk_simulated covers it")
+        with contextlib.suppress(OSError), (out / "filler").open("wb", buffering=0) as fh:
+            while True:
+                fh.write(b"\0" * 4096)
+        rc, err = _transcribe_into(out, clip, tiny_model_dir, capsys)
+        assert [p.name for p in out.iterdir()] == ["filler"]  # no partial file, no temporary file
+        _assert_clear_failure(rc, err, "no space left on device", out / f"{Path(clip).stem}.json",
+                              "free space on that disk")
+
+
+def test_full_disk_simulated(tiny_model_dir, shared_data, tmp_path, capsys, monkeypatch):
+    """The disk fills while the output is written (the temporary file exists, its data does not fit)."""
+    clip = clips(shared_data, "smarthome")[0]["path"]
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("specwhisper.io_utils.os.fsync", full)
+    rc, err = _transcribe_into(tmp_path, clip, tiny_model_dir, capsys)
+    assert list(tmp_path.iterdir()) == []
+    _assert_clear_failure(rc, err, "no space left on device", tmp_path / f"{Path(clip).stem}.json",
+                          "free space on that disk")
+
+
+# --- 4. the same bytes, run after run and on 1 or 2 threads ---------------------------------------
+
+WALL_CLOCK = ("timings", "stats")  # seconds measured, and drafting counts that follow measured prices
+# a window's numerics reason ends in the draft model's measured price where an engine has one
+DRAFT_PRICE = re.compile(r"; draft model expected speedup .*? a window\)(; run once more to re-measure)?")
+
+
+def _json_bytes(result, drop: tuple[str, ...] = ()) -> bytes:
+    """The result as ``--output-format json`` writes it, without what measures time."""
+    data = json.loads(render(result, "json"))
+    for key in WALL_CLOCK + drop:
+        data.pop(key)
+    for window in data["windows"]:
+        window.pop("stats")
+        window["numerics_reason"] = DRAFT_PRICE.sub("", window["numerics_reason"])
+    return json.dumps(data, ensure_ascii=False, indent=2).encode()
+
+
+def _differs(a: bytes, b: bytes) -> list[str]:
+    """The top-level JSON fields where ``a`` and ``b`` differ (a mismatch's report)."""
+    x, y = json.loads(a), json.loads(b)
+    return [k for k in x if x[k] != y.get(k)]
+
+
+@pytest.mark.parametrize("encoder", ["ct2", "onnx"])
+def test_same_bytes_across_runs_and_thread_counts(base_model_dir, shared_data, encoder):
+    real = clips(shared_data, "real")
+    paths = [real[0]["path"], real[1]["path"]]  # jfk (11 s), a LibriSpeech sentence
+    engines = {n: WhisperEngine(base_model_dir, threads=n, encoder=encoder) for n in (2, 1)}
+    for numerics in ("batch-invariant", "single-row"):
+        for path in paths:
+            first = engines[2].transcribe(path, numerics=numerics)
+            assert first.numerics == numerics
+            again = engines[2].transcribe(path, numerics=numerics)
+            assert _json_bytes(again) == _json_bytes(first), (numerics, path)
+            one = engines[1].transcribe(path, numerics=numerics)
+            assert (one.threads, first.threads) == (1, 2)
+            # ``threads`` echoes the setting; everything else is the same bytes
+            assert _json_bytes(one, drop=("threads",)) == _json_bytes(first, drop=("threads",)), (numerics, path)
+
+
+# --- 5. one engine, 8 threads -----------------------------------------------------------------------
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _concurrent_jobs(shared_data: Path) -> list[tuple[str, object, dict]]:
+    """(name, audio, options): different clips, each with options of its own (numerics pinned:
+    ``auto`` may follow drafting prices the engine learns, which other threads' calls change)."""
+    real, read = clips(shared_data, "real"), [c for c in clips(shared_data, "read") if c["duration_s"] < 8]
+    car, home = clips(shared_data, "car"), clips(shared_data, "smarthome")
+    longform = load_audio(shared_data / "longform/longform.flac")[:16000 * 40]
+    bi, sr = "batch-invariant", "single-row"
+    return [
+        ("jfk", real[0]["path"], {"numerics": bi}),
+        ("libri single-row", real[1]["path"], {"numerics": sr}),
+        ("libri no drafts", real[2]["path"], {"numerics": bi, "draft_len": 0}),
+        ("car timestamps", car[3]["path"], {"numerics": bi, "timestamps": "on", "language": "en"}),
+        ("home hint", home[1]["path"], {"numerics": bi, "draft_hint": (50363, 1468, 322, 264), "language": "en"}),
+        ("read prompt", read[0]["path"], {"numerics": bi, "initial_prompt": "Printing, in the only sense",
+                                          "draft_len": 3}),
+        ("digit sampled", real[-1]["path"], {"numerics": bi, "temperature": (0.4,), "seed": 7, "language": "en"}),
+        ("40 s two windows", longform, {"numerics": bi, "timestamps": "off", "language": "en"}),
+    ]
+
+
+def _hammer(engine: WhisperEngine, jobs, duration_s: float, settle_s: float, n_threads: int = 8) -> dict:
+    expected = {name: _json_bytes(engine.transcribe(audio, **opts)) for name, audio, opts in jobs}
+    done = [0] * n_threads
+    mismatches: list[str] = []
+    errors: list[str] = []
+    stop = time.monotonic() + duration_s
+
+    def work(k: int) -> None:
+        i = k
+        try:
+            while time.monotonic() < stop:
+                name, audio, opts = jobs[i % len(jobs)]
+                got = _json_bytes(engine.transcribe(audio, **opts))
+                if got != expected[name]:
+                    mismatches.append(f"thread {k}: {name} differs in {_differs(got, expected[name])}")
+                done[k] += 1
+                i += 1
+        except Exception as exc:  # reported below: the test must see it, not the thread's stderr
+            errors.append(f"thread {k}: {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=work, args=(k,), name=f"hammer-{k}", daemon=True) for k in range(n_threads)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    rss: list[tuple[float, float]] = []
+    while any(t.is_alive() for t in threads) and time.monotonic() < stop + 120:  # 120 s: the last calls
+        rss.append((time.monotonic() - t0, _rss_mb()))
+        time.sleep(1.0)
+    hung = [t.name for t in threads if t.is_alive()]
+    assert not hung, f"no end within 120 s of the deadline (deadlock?): {hung}, {sum(done)} calls done"
+    assert not errors and not mismatches, (errors, mismatches)
+    assert all(done), done  # every thread got its calls in
+    settled = next(mb for s, mb in rss if s >= settle_s)
+    peak = max(mb for s, mb in rss if s >= settle_s)
+    return {"calls": sum(done), "per_thread": done, "s": round(time.monotonic() - t0), "rss_settled_mb": round(settled),
+            "rss_peak_mb": round(peak), "rss_growth": round(peak / settled, 3)}
+
+
+def _check_rss(figures: dict) -> None:
+    assert figures["rss_peak_mb"] <= 1.10 * figures["rss_settled_mb"], figures
+
+
+def test_eight_threads_share_one_engine(base_model_dir, shared_data):
+    """30 s of 8 threads on one engine (RSS checked from the 10th second: CI has no first minute)."""
+    engine = WhisperEngine(base_model_dir, threads=2, learn=True)
+    figures = _hammer(engine, _concurrent_jobs(shared_data), duration_s=30, settle_s=10)
+    print(f"\n[reliability] 8 threads: {figures}")
+    _check_rss(figures)
+    assert figures["calls"] >= 16
+
+
+@pytest.mark.full
+def test_eight_threads_share_one_engine_for_ten_minutes(base_model_dir, shared_data):
+    engine = WhisperEngine(base_model_dir, threads=2, learn=True, draft_model="tiny.en")
+    figures = _hammer(engine, _concurrent_jobs(shared_data), duration_s=600, settle_s=60)
+    print(f"\n[reliability] 8 threads, 10 minutes: {figures}")
+    _check_rss(figures)
