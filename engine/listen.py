@@ -11,10 +11,18 @@ map and what ``learn=True`` learned draft it, the policy picks its numerics, ``a
 none is given (detection on a 2 s accented command is a guess). Speculation keeps it lossless:
 the text is ``transcribe``'s on the same audio with speculation off in the same numerics.
 
-Times are in the stream's clock (seconds of audio fed). ``latency_s`` is what a speaker waits:
-the silence the endpointer waited for after the speech ended (stream time; it passes in real time
-when audio arrives in real time), plus the wall time from the feed that completed that silence to
-the result (decoding, and any utterance decoded before it in the same feed).
+Decoding early: once ``pad_s`` of silence followed the speech, the audio the utterance would be
+decoded with is complete, so at the end of the feed that completes it the utterance is decoded
+right away, while the rest of the silence comes in. If the silence lasts, that result is the
+utterance's (the same audio, so the same text as decoding it then); if speech resumes first, it
+is dropped and the longer utterance decoded when it ends. With ``learn=True`` a dropped decoding
+has taught the map its partial command (drafts only: speed, never text).
+
+Times are in the stream's clock (seconds of audio fed). ``latency_s`` is what a speaker waits when
+audio arrives in real time: from the end of the speech, the later of the silence the endpointer
+waited for (stream time) and the moment the decoding was done (decoded early: the pad, then the
+decoding's wall time, while the silence went on; else: the silence, then the wall time from the
+feed that completed it to the result).
 """
 
 from __future__ import annotations
@@ -97,13 +105,15 @@ class CommandListener(ChunkConsumer):
         self.detector = make_detector(endpointing, vad_threshold, energy_threshold_db)
         self.endpointing: str = self.detector.name
         self.silence_s = silence_s
+        self._silence = frames_of(silence_s) * FRAME  # samples of silence that end an utterance
         self._endpointer = Endpointer(frames_of(silence_s), frames_of(max_utterance_s), frames_of(min_speech_s),
                                       frames_of(pad_s))
         self._input = ChunkQueue()
         self._ready: deque[tuple[Utterance, float]] = deque()  # endpointed, not yet decoded
+        self._early: tuple[Utterance, Result, float] | None = None  # decoded before its end was known
         self._finished = False
         self.totals: dict = dict.fromkeys(("utterances", "dropped", "decode_s", "encoder_s", "decoder_s", "tokens",
-                                           "decoder_calls", "drafted", "accepted"), 0)
+                                           "decoder_calls", "drafted", "accepted", "early_used", "early_wasted"), 0)
 
     # -- input -----------------------------------------------------------------------------
     def feed(self, chunk) -> list[CommandResult]:
@@ -122,7 +132,9 @@ class CommandListener(ChunkConsumer):
                 if utterance is not None:
                     self._ready.append((utterance, fed_at))
         self.totals["dropped"] = self._endpointer.dropped
-        return self._decode_ready()
+        results = self._decode_ready()
+        self._decode_early()
+        return results
 
     def finish(self) -> list[CommandResult]:
         """Decode the utterance under way, if any; the listener then takes no more audio."""
@@ -156,10 +168,38 @@ class CommandListener(ChunkConsumer):
             results += self._decode(utterance, fed_at)
         return results
 
+    def _decode_early(self) -> None:
+        """Decode the utterance whose silence is under way, if its audio is complete (module
+        docstring); drop an early decoding that speech resumed after."""
+        pending = self._endpointer.pending()
+        if self._early is not None and not _same_audio(self._early[0], pending):
+            self._early = None
+            self.totals["early_wasted"] += 1
+        if pending is None or self._early is not None or pending.decided - pending.speech_end >= self._silence:
+            return
+        t0 = time.perf_counter()
+        try:
+            result = self.engine.transcribe(pending.audio, language=self.language, task=self.task, **self._options)
+        except SpecWhisperError:  # decoded again when the utterance ends: its error is raised there
+            return
+        self._early = (pending, result, time.perf_counter() - t0)
+
     def _decode(self, utterance: Utterance, fed_at: float) -> list[CommandResult]:
+        early, self._early = self._early, None
+        waited = (utterance.decided - utterance.speech_end) / SAMPLE_RATE
+        if early is not None and _same_audio(early[0], utterance):
+            _, result, decode_s = early
+            latency = max(waited, (early[0].decided - utterance.speech_end) / SAMPLE_RATE + decode_s)
+            self.totals["early_used"] += 1
+            return [self._command(utterance, result, decode_s, latency)]
+        if early is not None:
+            self.totals["early_wasted"] += 1
         t0 = time.perf_counter()
         result = self.engine.transcribe(utterance.audio, language=self.language, task=self.task, **self._options)
         done = time.perf_counter()
+        return [self._command(utterance, result, done - t0, waited + done - fed_at)]
+
+    def _command(self, utterance: Utterance, result: Result, decode_s: float, latency_s: float) -> CommandResult:
         s, t = result.stats, result.timings
         stats = {"tokens": s["tokens"], "decoder_calls": s["decoder_calls"], "verify_calls": s["verify_calls"],
                  "drafted": s["drafted"], "accepted": s["accepted"], "acceptance_rate": s["acceptance_rate"],
@@ -167,16 +207,21 @@ class CommandListener(ChunkConsumer):
                  "encoder_s": round(t.get("encoder_s", 0.0), 4), "decoder_s": round(t.get("decoder_s", 0.0), 4)}
         totals = self.totals
         totals["utterances"] += 1
-        totals["decode_s"] += done - t0
+        totals["decode_s"] += decode_s
         for key in ("encoder_s", "decoder_s"):
             totals[key] += t.get(key, 0.0)
         for key in ("tokens", "decoder_calls", "drafted", "accepted"):
             totals[key] += s[key]
-        waited = (utterance.decided - utterance.speech_end) / SAMPLE_RATE
-        return [CommandResult(result.text, utterance.speech_start / SAMPLE_RATE, utterance.speech_end / SAMPLE_RATE,
-                              utterance.audio_start / SAMPLE_RATE, utterance.audio_end / SAMPLE_RATE,
-                              utterance.reason, result.language, result.language_source,
-                              waited + done - fed_at, done - t0, stats, result)]
+        return CommandResult(result.text, utterance.speech_start / SAMPLE_RATE, utterance.speech_end / SAMPLE_RATE,
+                             utterance.audio_start / SAMPLE_RATE, utterance.audio_end / SAMPLE_RATE,
+                             utterance.reason, result.language, result.language_source, latency_s, decode_s, stats,
+                             result)
+
+
+def _same_audio(a: Utterance | None, b: Utterance | None) -> bool:
+    """Whether two cuts of an utterance decode the same samples (no speech came in between)."""
+    return (a is not None and b is not None and a.audio_start == b.audio_start and a.speech_end == b.speech_end
+            and a.audio.size == b.audio.size)
 
 
 def check_listener_options(silence_s: float = 0.6, max_utterance_s: float = 15.0, min_speech_s: float = 0.15,

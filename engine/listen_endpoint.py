@@ -186,6 +186,17 @@ class Endpointer:
             return None
         return self._end("finish", self.position, tail)
 
+    def pending(self) -> Utterance | None:
+        """The utterance that ends here if the silence under way lasts: its audio (the speech and
+        ``pad`` after it) is complete once ``pad`` silent frames followed the last speech frame, so
+        it can be decoded while the rest of the silence comes in. None before that, outside an
+        utterance, or with too little speech. ``decided`` is where it became complete."""
+        if not self._frames or self._speech_frames < self.min_speech:
+            return None
+        if self.position - (self._last_speech + 1) < self.pad:
+            return None
+        return self._utterance(self._frames, self._first, "silence", self.position)
+
     def _end(self, reason: str, decided: int, tail: np.ndarray | None = None) -> Utterance | None:
         frames, first = self._frames, self._first
         self._frames = []
@@ -195,11 +206,16 @@ class Endpointer:
                 self._idle.extend(frames[-self.pad:])
             return None
         end = self._last_speech + 1 + self.pad  # the frame after the last one decoded
-        kept = frames[:end - first]
-        if end >= decided and tail is not None and tail.size:
-            kept.append(tail)  # the stream ended within the pad: its last samples too
         if reason == "silence" and self.pad:
             self._idle.extend(frames[end - first:][-self.pad:])  # the pre-roll of what comes next
+        return self._utterance(frames, first, reason, decided, tail)
+
+    def _utterance(self, frames: list[np.ndarray], first: int, reason: str, decided: int,
+                   tail: np.ndarray | None = None) -> Utterance:
+        end = self._last_speech + 1 + self.pad  # the frame after the last one decoded
+        kept = frames[:end - first]
+        if end >= decided and tail is not None and tail.size:
+            kept = [*kept, tail]  # the stream ended within the pad: its last samples too
         return Utterance(np.concatenate(kept), first * FRAME, self._speech_start * FRAME,
                          (self._last_speech + 1) * FRAME, decided * FRAME + (0 if tail is None else tail.size), reason)
 

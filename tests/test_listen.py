@@ -294,3 +294,28 @@ def test_a_failed_decoding_costs_one_command_not_the_audio_after_it(base_engine,
         listener.feed(audio)  # every command of the stream in one block
     results = listener.finish()
     assert [_key(r) for r in results] == [_key(r) for r in reference[1:]]
+
+
+def test_an_utterance_is_decoded_while_its_silence_comes_in(base_engine, stream):
+    """Fed in real-time-sized chunks, each command is decoded as soon as its pad is in, and that
+    decoding is its result (the same audio: the same result as decoding it at the end); a command
+    that goes on after a pause shorter than the silence drops its early decoding."""
+    audio, truth = stream
+    at_end, late = _listen(base_engine, audio, [audio], language="en")  # one feed: nothing can be early
+    results, listener = _listen(base_engine, audio, _chunks(audio, 0.05), language="en")
+    assert [_key(r) for r in results] == [_key(r) for r in at_end]
+    assert listener.totals["early_used"] == len(truth) and late.totals["early_used"] == 0
+    for early, result in zip(results, at_end):  # the silence is the floor; decoding at its end adds to it
+        # decoded early: once 0.3 s of pad (10 frames: 0.32 s) and the rest of its 0.05 s chunk were in
+        assert listener.silence_s - 0.05 <= early.latency_s <= max(listener.silence_s + 0.04,
+                                                                    0.32 + 0.05 + early.decode_s)
+        assert early.latency_s < result.latency_s
+    # a pause of 0.4 s (longer than the 0.3 s pad, shorter than the 0.6 s silence) inside one command
+    (a0, a1, first), (b0, b1, second) = truth[0], truth[1]
+    pause = np.zeros(round(0.4 * SAMPLE_RATE), np.float32)
+    spoken = [audio[round(a0 * SAMPLE_RATE) - 4000:round(a1 * SAMPLE_RATE)], pause,
+              audio[round(b0 * SAMPLE_RATE):round(b1 * SAMPLE_RATE) + 4000], np.zeros(SAMPLE_RATE, np.float32)]
+    joined = np.concatenate(spoken)
+    results, listener = _listen(base_engine, joined, _chunks(joined, 0.05), language="en")
+    assert len(results) == 1 and listener.totals["early_wasted"] >= 1 and listener.totals["early_used"] == 1
+    assert _words(first) & _words(results[0].text) and _words(second) & _words(results[0].text)
