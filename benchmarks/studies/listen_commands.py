@@ -1,7 +1,7 @@
 """Command mode (issue 20): the domain test sets played as streams through ``engine.listen()``.
 
     python -m benchmarks.studies.listen_commands [--model base] [--threads 2] [--sets smarthome,car]
-        [--limit N] [--gap 0.3] [--silence-ms 600] [--configs greedy,tokenmap,...] [--json FILE]
+        [--limit N] [--gap 0.3] [--silence-ms 600] [--pad-ms 300] [--configs greedy,tokenmap,...] [--json FILE]
 
 Each set's test clips (``--limit``: that many, spread over the manifest) are joined into one
 stream, ``--gap`` seconds of silence after each clip (the clips carry 0.25 s before their speech
@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="clips per set, spread over the manifest (default all)")
     ap.add_argument("--gap", type=float, default=0.3, help="silence added after each clip (s)")
     ap.add_argument("--silence-ms", type=int, default=600)
+    ap.add_argument("--pad-ms", type=int, default=300, help="audio decoded each side of the speech (ms)")
     ap.add_argument("--endpointing", default="auto", choices=["auto", "vad", "energy"])
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--data", default=None)
@@ -150,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     base = WhisperEngine(args.model, compute_type=args.compute_type, threads=args.threads)
     silence_s = args.silence_ms / 1000
     print(f"model {args.model} {args.compute_type}, {args.threads} threads, silence {args.silence_ms} ms, "
+          f"pad {args.pad_ms} ms, "
           f"gap {args.gap} s, chunks {CHUNK_S} s fed as fast as taken")
     print("| set | config | numerics | clips found (results) | WER ref % | WER vs offline % | latency median / p95 ms | "
           "decode median / p95 ms | RTF | decoder ms/cmd | decoder speedup | calls / tokens per cmd | "
@@ -175,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                 engine_options, listen_options = CONFIGS[name]
                 engine = WhisperEngine(loaded=base.lm, tokenmap=tmap, **engine_options)
                 for replay in range(2 if engine_options.get("learn") else 1):
-                    results, wall = play(engine, audio, silence_s, endpointing=args.endpointing, **listen_options)
+                    results, wall = play(engine, audio, silence_s, endpointing=args.endpointing,
+                                         pad_s=args.pad_ms / 1000, **listen_options)
                     label = name + ("-replay" if replay else "")
                     s = summarise(label, results, wall, audio_s, clips, spans, offline, greedy_decoder_s)
                     if name == "greedy":
