@@ -139,6 +139,52 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None, *, download: bool
     )
 
 
+def model_from_files(files: dict) -> Path:
+    """A model given as in-memory files (faster-whisper's ``files=``: file name -> bytes or a file
+    object) as a directory of the cache, named by the files' digest: CTranslate2 loads and the
+    encoder graphs are built from a directory, and the same files reuse it (written once,
+    atomically, readable by this user only). Refuses names that are not plain file names and a
+    set without the model's files."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    if not isinstance(files, dict) or not files:
+        raise ModelError("files must be a dict of file name -> bytes (or a file object)", where="files",
+                         hint="e.g. {'model.bin': ..., 'config.json': ..., 'tokenizer.json': ...}")
+    contents: dict[str, bytes] = {}
+    for name, value in files.items():
+        if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
+            raise ModelError(f"files: {name!r} is not a plain file name", where="files",
+                             hint="use the model directory's file names, e.g. model.bin")
+        data = value.read() if hasattr(value, "read") else value
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise ModelError(f"files[{name!r}] is {type(data).__name__}, not bytes", where="files",
+                             hint="pass each file's bytes or an open binary file")
+        contents[name] = bytes(data)
+    missing = [f for f in REQUIRED_FILES if f not in contents]
+    if missing:
+        raise ModelError(f"files lacks {', '.join(missing)}", where="files",
+                         hint="pass every file of a CTranslate2 Whisper model directory")
+    digest = hashlib.sha256()
+    for name in sorted(contents):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(contents[name]).digest())
+    target = models_dir() / f"memory-{digest.hexdigest()[:16]}"
+    if not target.is_dir():
+        models_dir().mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".memory-", dir=models_dir()))  # 0700
+        try:
+            for name, data in contents.items():
+                (staging / name).write_bytes(data)
+            os.replace(staging, target)
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+            if not target.is_dir():  # not another process's copy of the same files: a real failure
+                raise
+    check_model_dir(target)
+    return target
+
+
 def check_model_dir(path: Path) -> None:
     """Refuse what is not a CT2 Whisper model directory, saying which file is missing or wrong."""
     if not path.is_dir():

@@ -111,15 +111,16 @@ class WhisperModel:
                  revision: str | None = None, use_auth_token: str | bool | None = None, **engine_options) -> None:
         """As faster-whisper's; ``engine_options`` go to ``WhisperEngine`` (``tokenmap``,
         ``draft_model``, ``learn``, ``encoder``, ``batch_decoder``, ...). ``cpu_threads=0``: 2."""
-        if files:
-            raise SpecWhisperError("loading a model from in-memory files is not supported", where="files",
-                                   hint="write the files to a directory and pass its path")
+        if files:  # faster-whisper: model_size_or_path is then only the model's name
+            from .model_store import model_from_files
+
+            model_size_or_path = str(model_from_files(files))
+        elif download_root is not None or local_files_only:
+            resolve_model(model_size_or_path, download=not local_files_only)
         if device == "auto":
             device = "cpu"
         if compute_type in ("default", "auto"):
             compute_type = "int8" if device == "cpu" else "float16"
-        if download_root is not None or local_files_only:
-            resolve_model(model_size_or_path, download=not local_files_only)
         self.engine = WhisperEngine(model_size_or_path, device=device, compute_type=compute_type,
                                     threads=cpu_threads or 2, **engine_options)
         self.num_workers, self.device_index = num_workers, device_index

@@ -228,3 +228,30 @@ def test_format_timestamp():
     assert format_timestamp(3661.5) == "01:01:01.500"
     assert format_timestamp(5.25) == "00:05.250"
     assert format_timestamp(5.25, always_include_hours=True, decimal_marker=",") == "00:00:05,250"
+
+
+def test_a_model_from_in_memory_files(tiny_model_dir, jfk_path, tmp_path, monkeypatch):
+    """faster-whisper's ``files=``: the model's files as bytes or file objects; the same text as the
+    directory, the cache copy made once and reused, bad sets refused clearly."""
+    from specwhisper import model_store
+
+    monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path / "cache"))
+    names = [p.name for p in tiny_model_dir.iterdir() if p.is_file() and not p.name.endswith(".onnx")]
+    files = {name: (tiny_model_dir / name).read_bytes() for name in names}
+    files["config.json"] = io.BytesIO(files["config.json"])  # a file object works too
+    # pinned: "auto" choices are measured per model directory, and these are two directories
+    from_files = WhisperModel("my-tiny", cpu_threads=2, files=files, encoder="ct2")
+    from_dir = WhisperModel(str(tiny_model_dir), cpu_threads=2, encoder="ct2")
+    ours, _ = from_files.transcribe(jfk_path, beam_size=1, language="en", numerics="single-row")
+    theirs, _ = from_dir.transcribe(jfk_path, beam_size=1, language="en", numerics="single-row")
+    assert [s.tokens for s in ours] == [s.tokens for s in theirs]
+    copies = list((tmp_path / "cache" / "models").glob("memory-*"))
+    assert len(copies) == 1 and (copies[0].stat().st_mode & 0o077) == 0  # this user's only
+    again = {name: (tiny_model_dir / name).read_bytes() for name in names}
+    assert model_store.model_from_files(again) == copies[0]  # the same files: the same copy
+    with pytest.raises(SpecWhisperError, match="lacks model.bin"):
+        WhisperModel("x", files={k: v for k, v in again.items() if k != "model.bin"})
+    with pytest.raises(SpecWhisperError, match="not a plain file name"):
+        WhisperModel("x", files={"../model.bin": b"", **again})
+    with pytest.raises(SpecWhisperError, match="not bytes"):
+        WhisperModel("x", files={**again, "model.bin": 3})
