@@ -308,9 +308,12 @@ def _models(args) -> int:
             print(f"{entry['name']:<8} {state:<10} {entry['description']}  [{entry['path']}]")
         return 0
     if args.models_command == "pull":
-        already = model_store.is_pulled(args.name) if args.name in model_store.REGISTRY else False
-        path = model_store.pull(args.name)
-        print(f"{args.name}: {'already cached' if already else 'pulled'} at {path}")
+        cached = model_store.is_pulled(args.name) if args.name in model_store.REGISTRY else False
+        whole = cached and model_store.verify_quietly(args.name)
+        if cached and not whole:
+            print(f"{args.name}: the cached copy fails its checksum: pulling it again", file=sys.stderr)
+        path = model_store.pull(args.name, repair=True)
+        print(f"{args.name}: {'already cached (checksum verified)' if whole else 'pulled'} at {path}")
         return 0
     if args.models_command == "path":
         print(model_store.resolve_model(args.name, download=False))

