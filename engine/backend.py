@@ -21,6 +21,7 @@ import numpy as np
 
 from .encoders import choose_encoder
 from .errors import ModelError
+from .model_check import check_against_weights
 from .model_store import check_model_dir
 from .tokenizer import WhisperTokenizer
 
@@ -121,8 +122,9 @@ class LoadedModel:
         self.device = device
         self.device_index = device_index
         self.threads = threads
-        self.tokenizer = WhisperTokenizer.from_model_dir(model_dir)
+        self.tokenizer = WhisperTokenizer.from_model_dir(model_dir)  # checks the ids in config.json
         config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        check_against_weights(model_dir, self.tokenizer.vocab_size, config.get("alignment_heads", []))
         self.suppress = sorted({int(i) for i in config.get("suppress_ids", [])})
         self.suppress_begin = sorted({int(i) for i in config.get("suppress_ids_begin", [])})
         if device == "cuda" and ct2.get_cuda_device_count() == 0:

@@ -88,7 +88,9 @@ class WhisperTokenizer:
         vocab_size = _vocabulary_size(model_dir, tok)
         # English-only Whisper vocabularies have 51864 entries, multilingual ones 51865 (51866 for v3).
         multilingual = bool(config.get("lang_ids")) and vocab_size >= 51865
-        return cls(tok, multilingual, vocab_size, str(path))
+        tokenizer = cls(tok, multilingual, vocab_size, str(path))
+        _check_ids(model_dir, config, vocab_size, tokenizer.special.timestamp_begin)
+        return tokenizer
 
     # --- text <-> ids -------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -158,6 +160,31 @@ def _read_json(path: Path) -> dict:
     except (OSError, ValueError) as exc:
         raise ModelError(f"config.json is not valid JSON: {exc}", where=str(path),
                          hint="re-download or re-convert the model") from None
+
+
+TIMESTAMP_TOKENS = 1501  # <|0.00|> ... <|30.00|>
+
+
+def _check_ids(model_dir: Path, config: dict, vocab_size: int, timestamp_begin: int) -> None:
+    """A damaged vocabulary or config.json refused here: a token id past the model's output layer
+    would reach CTranslate2, which does not check it (a crash, not an error)."""
+    need = timestamp_begin + TIMESTAMP_TOKENS
+    if vocab_size < need:
+        raise ModelError(f"the model's vocabulary has {vocab_size} entries, fewer than the {need} its tokenizer "
+                         "and timestamps need", where=str(model_dir), hint="the vocabulary file may be cut short: "
+                         "re-download or re-convert the model")
+    for key in ("suppress_ids", "suppress_ids_begin", "lang_ids"):
+        values = config.get(key, [])
+        if not isinstance(values, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size for i in values):
+            raise ModelError(f"config.json: {key} must be a list of token ids from 0 to {vocab_size - 1}",
+                             where=str(model_dir / "config.json"), hint="re-download or re-convert the model")
+    heads = config.get("alignment_heads", [])
+    if not isinstance(heads, list) or not all(
+            isinstance(h, list) and len(h) == 2 and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                       for i in h) for h in heads):
+        raise ModelError("config.json: alignment_heads must be a list of [layer, head] pairs",
+                         where=str(model_dir / "config.json"), hint="re-download or re-convert the model")
 
 
 def _vocabulary_size(model_dir: Path, tok: Tokenizer) -> int:

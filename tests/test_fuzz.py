@@ -135,5 +135,118 @@ def test_damaged_token_maps_are_refused(token_map_bytes, tmp_path, examples):
     assert outcomes.get("refused", 0) > examples // 2
 
 
+FEW = [pytest.param(25, id="ci"), pytest.param(300, id="full", marks=pytest.mark.full)]  # each loads a model
+MODEL_TEXT_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
+
+
+def _clear(exc: SpecWhisperError) -> str:
+    assert exc.what and exc.where, exc.message()
+    return "refused"
+
+
+@pytest.mark.parametrize("examples", FEW)
+def test_damaged_model_directories(tiny_model_dir, tmp_path, examples):
+    """tiny.en's directory with a text file cut, overwritten (start first) or missing: the engine
+    loads (a harmless change) or refuses with a clear error, never another exception."""
+    import json as _json
+    import shutil
+
+    from specwhisper import WhisperEngine
+
+    originals = {name: (tiny_model_dir / name).read_bytes() for name in MODEL_TEXT_FILES}
+    counter = iter(range(1 << 30))
+
+    def damaged(case) -> str:
+        name, cut, edits, missing, config_value = case
+        folder = tmp_path / f"m{next(counter)}"
+        folder.mkdir()
+        (folder / "model.bin").symlink_to(tiny_model_dir / "model.bin")
+        for other, data in originals.items():
+            (folder / other).write_bytes(data)
+        data = bytearray(originals[name][:cut])
+        for position, value in edits:
+            if data:
+                data[position % min(len(data), 64 if position % 2 else len(data))] = value
+        (folder / name).write_bytes(bytes(data))
+        if config_value is not None:  # a field of the config with a value of the wrong kind
+            config = _json.loads(originals["config.json"])
+            config[sorted(config)[config_value[0] % len(config)]] = config_value[1]
+            (folder / "config.json").write_text(_json.dumps(config))
+        if missing:
+            (folder / missing).unlink()
+        try:
+            engine = WhisperEngine(str(folder), threads=1, encoder="ct2", batch_decoder="ct2")
+        except SpecWhisperError as exc:
+            return _clear(exc)
+        engine.close()
+        shutil.rmtree(folder)
+        return "loaded"
+
+    json_values = st.one_of(st.none(), st.integers(), st.text(max_size=5), st.lists(st.integers(), max_size=3))
+    strategy = st.tuples(st.sampled_from(MODEL_TEXT_FILES), st.one_of(st.integers(0, 4096), st.just(1 << 30)),
+                         st.lists(st.tuples(st.integers(0, 1 << 16), st.integers(0, 255)), max_size=3),
+                         st.sampled_from([None, None, None, "config.json", "tokenizer.json", "vocabulary.txt"]),
+                         st.one_of(st.none(), st.tuples(st.integers(0, 64), json_values)))
+    outcomes = _run(examples, strategy, damaged)
+    assert outcomes.get("refused", 0) > 0
+
+
+@pytest.mark.parametrize("examples", SIZES)
+def test_transcript_corpora(token_map_bytes, examples):
+    """Any lines, binary junk, huge or empty ones, build a token map or a clear error."""
+    from specwhisper.tokenmap import build_token_map
+
+    tok, _ = token_map_bytes
+
+    def build(lines) -> str:
+        try:
+            tmap = build_token_map(lines, tok)
+        except SpecWhisperError as exc:
+            return _clear(exc)
+        assert tmap is not None
+        return "built"
+
+    line = st.one_of(st.text(max_size=200), st.binary(max_size=100).map(lambda b: b.decode("latin-1")),
+                     st.just("x" * 50_000), st.just(""), st.just("\x00\ufeff\u202e"))
+    outcomes = _run(examples, st.lists(line, max_size=8), build)
+    assert outcomes.get("built", 0) > 0
+
+
+CLI_FLAGS = [["--output-format", "json"], ["--output-format", "srt"], ["--timestamps", "on"], ["--timestamps", "no"],
+             ["--numerics", "batch-invariant"], ["--numerics", "fast"], ["--no-speculation"], ["--draft-len", "4"],
+             ["--draft-len", "-1"], ["--audio-ctx", "auto"], ["--audio-ctx", "7"], ["--temperature", "0,0.4"],
+             ["--temperature", "hot"], ["--seed", "3"], ["--seed", "-2"], ["--beam-size", "2"], ["--beam-size", "0"],
+             ["--word-timestamps"], ["--max-words-per-line", "3"], ["--max-line-width", "0"], ["--vad"],
+             ["--vad-threshold", "1.5"], ["--batch-size", "2"], ["--hallucination-silence-threshold", "1"],
+             ["--language", "en"], ["--language", "xx"], ["--task", "translate"], ["--threads", "0"],
+             ["--learn"], ["--learn-save", "LEARNED"], ["--skip-existing"], ["--initial-prompt", "hello"],
+             ["--condition-on-previous-text"], ["--encoder", "onnx"], ["--tokenmap", "MISSING.tmap"]]
+
+
+@pytest.mark.parametrize("examples", FEW)
+def test_cli_argument_combinations(tiny_model_dir, shared_data, tmp_path, capsys, examples):
+    """Random combinations of transcribe's flags (good and bad values) on a short clip: exit 0
+    (done), 1 (a file failed) or 2 (a clear error, or argparse's usage), never a traceback."""
+    from specwhisper.cli import main
+
+    clip = str(shared_data / "real" / "audio" / "fsdd_0_george_28.flac")
+
+    def run(picks) -> str:
+        args = [a.replace("LEARNED", str(tmp_path / "learned.tmap")) for flag in picks for a in CLI_FLAGS[flag]]
+        try:
+            code = main(["transcribe", clip, "--model", str(tiny_model_dir), "--output-dir", str(tmp_path / "o"),
+                         *args])
+        except SystemExit as exc:  # argparse: an unknown choice or a malformed number
+            code = exc.code
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and code in (0, 1, 2), (args, code, err[-800:])
+        if code == 2 and "usage:" not in err:
+            assert "error:" in err and ("where:" in err or "what to do:" in err), (args, err[-800:])
+        return {0: "done", 1: "failed", 2: "refused"}[code]
+
+    outcomes = _run(examples, st.lists(st.integers(0, len(CLI_FLAGS) - 1), max_size=5, unique=True), run)
+    assert outcomes.get("refused", 0) > 0 and outcomes.get("done", 0) > 0
+
+
 def test_errors_are_the_projects_own_type():
     assert issubclass(AudioError, SpecWhisperError) and issubclass(TokenMapError, SpecWhisperError)
