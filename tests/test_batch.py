@@ -257,3 +257,23 @@ def test_every_batch_option_is_either_in_the_resume_key_or_speed_only():
     options = set(vars(batch_settings())) - {"formats"}
     assert options - set(TEXT_OPTIONS) - set(SPEED_OPTIONS) == set()
     assert not set(TEXT_OPTIONS) & set(SPEED_OPTIONS)
+
+
+@pytest.mark.full
+def test_every_shared_clip_on_ray_equals_the_local_runs(local_ray, tmp_path, shared_data, tiny_model_dir):
+    """The real and read sets and the long-form files (the latter also in pieces of 60 s) on Ray with
+    two workers, against a sequential run and the local process pool: token for token."""
+    sets = [shared_data / "real" / "audio", shared_data / "read" / "audio", shared_data / "longform"]
+    inputs = [str(s) for s in sets]
+    options = _options(tiny_model_dir)
+    runs = {}
+    for label, extra in (("seq", {}), ("pool", {"workers": 2}), ("ray", {"workers": 2, "ray": "auto"}),
+                         ("ray-pieces", {"workers": 2, "ray": "auto", "piece_s": 60})):
+        report = transcribe_batch(inputs, str(tmp_path / label), formats=("json",), **extra, **options)
+        assert report.ok, [o.error for o in report.failed]
+        runs[label] = _tokens(tmp_path / label)
+    assert len(runs["seq"]) == 107 + 173 + 2
+    assert runs["pool"] == runs["seq"] and runs["ray"] == runs["seq"]
+    cut = {name for name in runs["seq"] if name.startswith(("longform", "ljspeech_LJ001-0001_to"))}
+    assert {k: v for k, v in runs["ray-pieces"].items() if k not in cut} == \
+        {k: v for k, v in runs["seq"].items() if k not in cut}  # files under 90 s are not cut
