@@ -5,10 +5,12 @@ a bad file reported without losing the others."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -159,6 +161,22 @@ def test_a_killed_pool_process_is_replaced_and_the_job_completes(tmp_path, share
     assert killed and report.ok
     assert _tokens(tmp_path / "pool") == _tokens(tmp_path / "seq")
     assert not list((tmp_path / "pool").rglob("*.tmp"))
+    _assert_pools_end()
+
+
+def _assert_pools_end(within_s: float = 30.0) -> None:
+    """Every pool the job made, the dead one too, has ended its processes and its manager thread:
+    otherwise the interpreter hangs at exit joining it (a survivor that the broken pool sent
+    SIGTERM while it was transcribing once went back to wait on a queue lock the killed one held)."""
+    from concurrent.futures.process import _ExecutorManagerThread
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        managers = [t for t in threading.enumerate() if isinstance(t, _ExecutorManagerThread)]
+        if not managers and not multiprocessing.active_children():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"pools left running: {managers}, processes {multiprocessing.active_children()}")
 
 
 def test_a_bad_file_is_reported_and_the_others_are_written(tmp_path, shared_data, tiny_model_dir, capsys):

@@ -21,7 +21,8 @@ _busy = False  # transcribing now (SIGTERM then unwinds; idle, the process just 
 
 
 class _Terminated(BaseException):
-    """SIGTERM in a pool process: unwinds, so that an output being written leaves no temporary file."""
+    """SIGTERM in a pool process: unwinds, so that an output being written leaves no temporary file,
+    then the process ends (the pool sends SIGTERM to every survivor when one of its processes dies)."""
 
 
 def _terminate(signum, frame):
@@ -47,6 +48,10 @@ def _run_in_process(item: BatchItem) -> Outcome:
     _busy = True
     try:
         return _worker(item)
+    except _Terminated:
+        # Unwound (no temporary file left); now end. Returning to the pool's loop would leave a
+        # process that the pool is joining blocked on a queue lock a killed sibling may hold.
+        os._exit(128 + signal.SIGTERM)
     finally:
         _busy = False
 
