@@ -41,14 +41,15 @@ def _encode(engine, path: str):
 
 def decode(engine, encoder_output, numerics: str, drafter=None, k: int = 4, language: str = "en",
            filler=None, sampler=None, timestamps: bool = False, audio=None, prefix: list[int] | None = None,
-           suppress: list[int] | None = None) -> tuple[list[int], DecodeStats]:
+           suppress: list[int] | None = None, max_new: int | None = None) -> tuple[list[int], DecodeStats]:
     """Tokens (EOT excluded) and stats of one window through ``decode_window`` (``audio``: the
     window's waveform, for drafters that run their own encoder; ``prefix``: forced tokens at the
-    prompt's end; ``suppress``: ids never emitted instead of the model's)."""
+    prompt's end; ``suppress``: ids never emitted instead of the model's; ``max_new``: the window's
+    token limit, default the engine's, lower to make drafts run past it)."""
     tok = engine.tokenizer
     prompt = tok.sot_sequence(language, timestamps=timestamps) + list(prefix or [])
     eot = tok.special.eot
-    max_new = min(224, 448 - (len(prompt) - 1))
+    max_new = max_new or min(224, 448 - (len(prompt) - 1))
     session = DecoderSession(engine.lm, encoder_output, prompt, numerics, row_floor=engine.row_floor or 2,
                              row_ceiling=engine.row_ceiling, sampler=sampler,
                              rules=engine._timestamp_rules if timestamps else None, prefix=prefix or (),

@@ -3,7 +3,8 @@
 * engines created, used and closed (or dropped) again and again leave no thread behind;
 * the learned token map (``learn=True``) stays under its cap however much it learns, and still
   drafts a command the user keeps saying;
-* a read-only output folder or a full disk: one clear error, a non-zero exit, no file left;
+* a read-only output folder or a full disk (transcripts, ``--learn-save``, ``tokenmap build``): one
+  clear error, a non-zero exit, no file left, a previous token map at the path left whole;
 * the same input gives the same JSON bytes (wall-clock fields aside) run after run, and on 1 or
   2 threads within one numerics;
 * one engine shared by 8 threads: every result equals its single-threaded one, no deadlock, RSS
@@ -249,10 +250,20 @@ def _transcribe_into(out: Path, clip: str, model: Path, capsys) -> tuple[int, st
     return rc, capsys.readouterr().err
 
 
-def _assert_clear_failure(rc: int, err: str, reason: str, where: Path, hint: str) -> None:
-    assert rc != 0 and "Traceback" not in err, err
-    assert f"error: cannot write the json output: {reason}" in err, err
-    assert f"where: {where}" in err and f"what to do: {hint}" in err and "--output-dir" in err, err
+def _assert_clear_failure(rc: int, err: str, reason: str, where: Path, hint: str, what: str = "the json output",
+                          option: str | None = "--output-dir") -> None:
+    """One error of the project's shape (what, where, what to do; the option that chose the path
+    where there is one), a non-zero exit, no traceback."""
+    assert rc != 0 and "Traceback" not in err and err.count("error:") == 1, err
+    assert f"error: cannot write {what}: {reason}" in err, err
+    assert f"where: {where}" in err and f"what to do: {hint}" in err and (option is None or option in err), err
+
+
+def _fill(folder: Path) -> None:
+    """Fill the file system under ``folder`` up: zeros written to ``filler`` until it refuses."""
+    with contextlib.suppress(OSError), (folder / "filler").open("wb", buffering=0) as fh:
+        while True:
+            fh.write(b"\0" * 4096)
 
 
 def test_read_only_output_folder(tiny_model_dir, shared_data, tmp_path, capsys, monkeypatch, request):
@@ -290,9 +301,7 @@ def test_full_disk(tiny_model_dir, shared_data, tmp_path, capsys):
     with _tmpfs(tmp_path / "out") as out:
         if out is None:
             pytest.skip("cannot mount a tmpfs here (root and mount needed): test_full_disk_simulated covers it")
-        with contextlib.suppress(OSError), (out / "filler").open("wb", buffering=0) as fh:
-            while True:
-                fh.write(b"\0" * 4096)
+        _fill(out)
         rc, err = _transcribe_into(out, clip, tiny_model_dir, capsys)
         assert [p.name for p in out.iterdir()] == ["filler"]  # no partial file, no temporary file
         _assert_clear_failure(rc, err, "no space left on device", out / f"{Path(clip).stem}.json",
@@ -311,6 +320,78 @@ def test_full_disk_simulated(tiny_model_dir, shared_data, tmp_path, capsys, monk
     assert list(tmp_path.iterdir()) == []
     _assert_clear_failure(rc, err, "no space left on device", tmp_path / f"{Path(clip).stem}.json",
                           "free space on that disk")
+
+
+# The token map writers: ``--learn-save`` after ``transcribe`` and after ``listen``, and
+# ``tokenmap build -o``. Each target holds a previous map, which a failed write must leave whole.
+PREVIOUS_MAP = b"a token map saved by an earlier run"
+MAP_WRITERS = ("transcribe --learn-save", "listen --learn-save", "tokenmap build")
+
+
+def _write_map(writer: str, target: Path, tiny_model_dir: Path, shared_data: Path, capsys) -> tuple[int, str]:
+    """Run ``writer`` with its token map going to ``target`` (tiny.en, one short command or 40
+    training lines: seconds); its exit code and stderr."""
+    model = ["--model", str(tiny_model_dir)]
+    clip = clips(shared_data, "smarthome")[0]["path"]
+    if writer == "tokenmap build":
+        train = target.parent.parent / "train.txt"  # beside the disk that fills, not on it
+        lines = (shared_data / "domain/car/train.txt").read_text(encoding="utf-8").splitlines()[:40]
+        train.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        rc = main(["tokenmap", "build", str(train), *model, "-o", str(target), "--quiet"])
+    else:
+        rc = main([writer.split()[0], clip, *model, "--language", "en", "--learn", "--learn-save", str(target)])
+    return rc, capsys.readouterr().err
+
+
+def _assert_map_not_written(writer: str, rc: int, err: str, target: Path, left: list[str]) -> None:
+    """The clear error, and the folder as it was: the previous map whole, no temporary file."""
+    _assert_clear_failure(rc, err, "no space left on device", target, "free space on that disk",
+                          what="the token map", option="--output" if writer == "tokenmap build" else None)
+    assert sorted(p.name for p in target.parent.iterdir()) == left  # no partial file, no temporary file
+    assert target.read_bytes() == PREVIOUS_MAP  # the replace is atomic: the old map stays whole
+
+
+@pytest.mark.parametrize("writer", MAP_WRITERS)
+def test_full_disk_token_map(writer, tiny_model_dir, shared_data, tmp_path, capsys):
+    """A real full disk under a token map that already exists: a 64 KB tmpfs filled up."""
+    with _tmpfs(tmp_path / "maps") as maps:
+        if maps is None:
+            pytest.skip("cannot mount a tmpfs here (root and mount needed): test_full_disk_token_map_simulated covers it")
+        target = maps / "learned.tmap"
+        target.write_bytes(PREVIOUS_MAP)
+        _fill(maps)
+        rc, err = _write_map(writer, target, tiny_model_dir, shared_data, capsys)
+        _assert_map_not_written(writer, rc, err, target, ["filler", "learned.tmap"])
+
+
+def _fsync_full_for(monkeypatch, target: Path) -> list[str]:
+    """Make ``os.fsync`` raise ENOSPC for the temporary files of ``target`` (named ``.NAME.*`` beside
+    it, as ``io_utils`` makes them); returns the list of the files it failed for."""
+    real, failed, folder = os.fsync, [], target.parent.resolve()
+
+    def fsync(fd: int) -> None:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        if Path(name).parent == folder and Path(name).name.startswith(f".{target.name}."):
+            failed.append(name)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(fd)
+
+    monkeypatch.setattr("specwhisper.io_utils.os.fsync", fsync)
+    return failed
+
+
+@pytest.mark.parametrize("writer", MAP_WRITERS)
+def test_full_disk_token_map_simulated(writer, tiny_model_dir, shared_data, tmp_path, capsys, monkeypatch):
+    """The disk fills while the token map is written: its temporary file exists, the data does not
+    fit (only that file's ``fsync`` fails: the caches written on the way are not what is tested)."""
+    maps = tmp_path / "maps"
+    maps.mkdir()
+    target = maps / "learned.tmap"
+    target.write_bytes(PREVIOUS_MAP)
+    failed = _fsync_full_for(monkeypatch, target)
+    rc, err = _write_map(writer, target, tiny_model_dir, shared_data, capsys)
+    assert failed, "the token map's temporary file was never written"
+    _assert_map_not_written(writer, rc, err, target, ["learned.tmap"])
 
 
 # --- 4. the same bytes, run after run and on 1 or 2 threads ---------------------------------------

@@ -113,7 +113,7 @@ def _build(args) -> int:
     tmap = build_token_map(texts, tokenizer, n=args.n, max_len=args.max_len, min_count=args.min_count,
                            top_k=args.top_k or None, budget_bytes=budget, prefix_min_count=args.prefix_min_count,
                            progress=progress, language=args.language)
-    path = tmap.save(args.output)
+    path = tmap.save(args.output, option="--output")
     if not args.quiet:
         st = tmap.stats()
         language = f"language {st['language']}" if st["language"] else "no language"

@@ -223,12 +223,14 @@ class TokenMap:
     def to_bytes(self) -> bytes:
         return encode(self.header, self.arrays)
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write atomically: the file appears whole or not at all."""
+    def save(self, path: str | os.PathLike[str], option: str | None = None) -> Path:
+        """Write atomically: the file appears whole or not at all, and a failed write (a full or
+        read-only disk) leaves a previous file at ``path`` as it was. ``option``: the command-line
+        option that chose ``path``, named in the error's hint."""
         try:
             return atomic_write_bytes(path, self.to_bytes())
         except OSError as exc:
-            raise write_failure(exc, path, "the token map", error=TokenMapError) from None
+            raise write_failure(exc, path, "the token map", option=option, error=TokenMapError) from None
 
 
 def _layout(n_nodes: int) -> tuple[list[int], int]:
