@@ -42,6 +42,9 @@ def add_listen_parser(sub, add_model_args) -> None:
                       help="endpoint on frame energy (no dependency; fooled by loud noise)")
     p.set_defaults(endpointing="auto")
     p.add_argument("--silence-ms", type=int, default=600, help="silence that ends a command (default 600)")
+    p.add_argument("--complete-ms", type=int, default=None,
+                   help="end a command after this much silence when the token map says its text is a whole "
+                        "command (e.g. 100; default off: waits --silence-ms; needs --tokenmap or --learn)")
     p.add_argument("--max-utterance", type=float, default=15.0, help="seconds after which an utterance is cut "
                                                                      "(default 15)")
     p.add_argument("--no-speculation", action="store_true", help="plain greedy decoding (the exactness oracle)")
@@ -63,7 +66,12 @@ def run_listen(args) -> int:
     if not 1 <= args.max_utterance <= MAX_UTTERANCE_S:
         raise OptionError(f"--max-utterance must be between 1 and {MAX_UTTERANCE_S:g} s, got {args.max_utterance}",
                           where="--max-utterance", hint="use e.g. 15")
-    check_listener_options(silence_s=args.silence_ms / 1000, max_utterance_s=args.max_utterance)
+    complete_s = None if args.complete_ms is None else args.complete_ms / 1000
+    if complete_s is not None and not (args.tokenmap or args.learn):
+        raise OptionError("--complete-ms needs a token map to tell whole commands", where="--complete-ms",
+                          hint="add --tokenmap FILE (or --learn), or leave --complete-ms out")
+    check_listener_options(silence_s=args.silence_ms / 1000, max_utterance_s=args.max_utterance,
+                           complete_s=complete_s)
     make_detector(args.endpointing, 0.5, None)  # --vad without the extra
     TranscribeOptions(language=args.language, numerics=args.numerics)
     chunks = audio_source(args.source, args.realtime, "specwhisper listen")
@@ -71,7 +79,8 @@ def run_listen(args) -> int:
                            decoder_threads=args.decoder_threads, batch_decoder=args.batch_decoder,
                            encoder=args.encoder, tokenmap=args.tokenmap, learn=args.learn)
     listener = engine.listen(args.language, endpointing=args.endpointing, silence_s=args.silence_ms / 1000,
-                             max_utterance_s=args.max_utterance, speculation=not args.no_speculation,
+                             max_utterance_s=args.max_utterance, complete_s=complete_s,
+                             speculation=not args.no_speculation,
                              numerics=args.numerics)
     if args.stats:
         language = args.language or (f"{engine.tokenmap_language} (token map)" if engine.tokenmap_language

@@ -18,6 +18,14 @@ utterance's (the same audio, so the same text as decoding it then); if speech re
 is dropped and the longer utterance decoded when it ends. With ``learn=True`` a dropped decoding
 has taught the map its partial command (drafts only: speed, never text).
 
+Ending on a whole command: with a token map (or ``learn=True``), an utterance is also decoded
+once ``complete_s`` of silence followed its speech, and if the map says the domain's commands end
+the way its text ends (``tokenmap.ending``: end-of-text followed its last words in at least
+``COMPLETE_P`` of the map's transcripts) it ends there, without waiting for ``silence_s``. Text
+that stops where commands go on ("Set the thermostat to") waits for the long silence as before.
+This moves where utterances end, never what a decoding says: the text is still ``transcribe``'s on
+the utterance's audio. Decided frame by frame on the stream's clock, like the endpointer.
+
 Times are in the stream's clock (seconds of audio fed). ``latency_s`` is what a speaker waits when
 audio arrives in real time: from the end of the speech, the later of the silence the endpointer
 waited for (stream time) and the moment the decoding was done (decoded early: the pad, then the
@@ -39,6 +47,8 @@ from .live_input import ChunkConsumer, ChunkQueue, check_consumer_args
 from .transcriber import Result, TranscribeOptions, WhisperEngine
 
 MAX_UTTERANCE_S = 28.0  # with the pads, an utterance fits one 30 s window
+COMPLETE_S = None  # off by default: see benchmarks/RESULTS_live.md (ends a third of the commands early, no median gain)
+COMPLETE_P = 0.9  # end-of-text followed the last words this often: 0.5-0.7 split "..., please" on the tuning halves
 SET_BY_LISTENER = ("clip_timestamps", "progress")
 
 
@@ -86,14 +96,19 @@ class CommandListener(ChunkConsumer):
     latency); ``max_utterance_s``: an utterance is cut here; ``min_speech_s``: shorter speech is
     dropped undecoded; ``pad_s``: audio decoded each side of the speech; ``vad_threshold``: Silero
     speech probability; ``energy_threshold_db``: a fixed energy level (dBFS) instead of the
-    adaptive one. ``options``: those of ``transcribe`` (numerics, speculation, ...).
+    adaptive one; ``complete_s``: silence that ends an utterance whose text the token map calls a
+    whole command (None: off; without a token map or ``learn`` it is off), ``complete_p``: how often
+    the map's commands must have ended after those words (``COMPLETE_P``). ``options``: those of
+    ``transcribe`` (numerics, speculation, ...).
     ``totals``: utterances, dropped ones, and the decodings' counts and seconds summed."""
 
     def __init__(self, engine: WhisperEngine, language: str | None = None, task: str = "transcribe", *,
                  endpointing: str = "auto", silence_s: float = 0.6, max_utterance_s: float = 15.0,
                  min_speech_s: float = 0.15, pad_s: float = 0.3, vad_threshold: float = 0.5,
-                 energy_threshold_db: float | None = None, sample_rate: int = SAMPLE_RATE, **options) -> None:
-        check_listener_options(silence_s, max_utterance_s, min_speech_s, pad_s, vad_threshold, energy_threshold_db)
+                 energy_threshold_db: float | None = None, complete_s: float | None = COMPLETE_S,
+                 complete_p: float = COMPLETE_P, sample_rate: int = SAMPLE_RATE, **options) -> None:
+        check_listener_options(silence_s, max_utterance_s, min_speech_s, pad_s, vad_threshold, energy_threshold_db,
+                               complete_s, complete_p)
         check_consumer_args("a listener", "engine.listen", sample_rate, options, SET_BY_LISTENER,
                             "the listener decides what audio each decoding gets")
         options.setdefault("audio_ctx", "auto")
@@ -108,12 +123,19 @@ class CommandListener(ChunkConsumer):
         self._silence = frames_of(silence_s) * FRAME  # samples of silence that end an utterance
         self._endpointer = Endpointer(frames_of(silence_s), frames_of(max_utterance_s), frames_of(min_speech_s),
                                       frames_of(pad_s))
+        ends = engine.tokenmap_drafter if complete_s is not None else None
+        self._ends = ends  # what says whether a text is a whole command (None: wait for the silence)
+        self._complete = frames_of(complete_s) if ends is not None else None
+        self._complete_p = complete_p
+        self.complete_s = complete_s if ends is not None else None
         self._input = ChunkQueue()
-        self._ready: deque[tuple[Utterance, float]] = deque()  # endpointed, not yet decoded
+        # endpointed and not yet decoded, or ended on a whole command (decoded already), in order
+        self._ready: deque[tuple[Utterance, float] | CommandResult] = deque()
         self._early: tuple[Utterance, Result, float] | None = None  # decoded before its end was known
         self._finished = False
         self.totals: dict = dict.fromkeys(("utterances", "dropped", "decode_s", "encoder_s", "decoder_s", "tokens",
-                                           "decoder_calls", "drafted", "accepted", "early_used", "early_wasted"), 0)
+                                           "decoder_calls", "drafted", "accepted", "early_used", "early_wasted",
+                                           "complete_tried", "complete_ended"), 0)
 
     # -- input -----------------------------------------------------------------------------
     def feed(self, chunk) -> list[CommandResult]:
@@ -126,11 +148,14 @@ class CommandListener(ChunkConsumer):
         whole = self._input.pending // FRAME * FRAME
         if whole:
             block = self._input.take(whole)
+            block_end = (self._endpointer.position + whole // FRAME) * FRAME  # stream sample the feed ends at
             for start in range(0, whole, FRAME):
                 frame = block[start:start + FRAME]
                 utterance = self._endpointer.push(frame, self.detector(frame))
                 if utterance is not None:
                     self._ready.append((utterance, fed_at))
+                elif self._complete is not None and self._endpointer.silent_frames() == self._complete:
+                    self._end_if_complete(block_end)
         self.totals["dropped"] = self._endpointer.dropped
         results = self._decode_ready()
         self._decode_early()
@@ -164,9 +189,33 @@ class CommandListener(ChunkConsumer):
         finish: an error costs one command, never the audio after it."""
         results = []
         while self._ready:
-            utterance, fed_at = self._ready.popleft()
-            results += self._decode(utterance, fed_at)
+            item = self._ready.popleft()
+            results += [item] if isinstance(item, CommandResult) else self._decode(*item)
         return results
+
+    def _end_if_complete(self, block_end: int) -> None:
+        """``complete_s`` of silence followed the speech: decode the utterance so far, and end it
+        here if its text is a whole command (module docstring). Its latency: from the end of the
+        speech to the end of the feed that brought this frame (when the audio was there in real
+        time), plus the decoding."""
+        pending = self._endpointer.pending(after=self._complete)
+        if pending is None:
+            return
+        self.totals["complete_tried"] += 1
+        t0 = time.perf_counter()
+        try:
+            result = self.engine.transcribe(pending.audio, language=self.language, task=self.task, **self._options)
+        except SpecWhisperError:  # decoded again when the utterance ends: its error is raised there
+            return
+        decode_s = time.perf_counter() - t0
+        p = self._ends.end_probability(result.tokens)
+        if p is None or p < self._complete_p:
+            return
+        utterance = self._endpointer.cut(self._complete)
+        self._early = None
+        self.totals["complete_ended"] += 1
+        latency = (block_end - utterance.speech_end) / SAMPLE_RATE + decode_s
+        self._ready.append(self._command(utterance, result, decode_s, latency))
 
     def _decode_early(self) -> None:
         """Decode the utterance whose silence is under way, if its audio is complete (module
@@ -226,8 +275,13 @@ def _same_audio(a: Utterance | None, b: Utterance | None) -> bool:
 
 def check_listener_options(silence_s: float = 0.6, max_utterance_s: float = 15.0, min_speech_s: float = 0.15,
                            pad_s: float = 0.3, vad_threshold: float = 0.5,
-                           energy_threshold_db: float | None = None) -> None:
+                           energy_threshold_db: float | None = None, complete_s: float | None = None,
+                           complete_p: float = COMPLETE_P) -> None:
     """Raise ``OptionError`` for an endpointing option out of range (the CLI asks before loading a model)."""
+    if complete_s is not None:
+        _check_range("complete_s", complete_s, 0.03, silence_s,
+                     f"a silence shorter than silence_s ({silence_s}), e.g. 0.1, or None (off)")
+    _check_range("complete_p", complete_p, 0.0, 1.0, f"e.g. {COMPLETE_P}")
     _check_range("silence_s", silence_s, 0.1, 5.0, "e.g. 0.6 (seconds of silence that end a command)")
     _check_range("max_utterance_s", max_utterance_s, 1.0, MAX_UTTERANCE_S, "e.g. 15")
     _check_range("min_speech_s", min_speech_s, 0.0, max_utterance_s, "e.g. 0.15")

@@ -117,7 +117,8 @@ class Utterance:
     """One stretch of speech, with what the decoder gets: ``audio`` starts at stream sample
     ``audio_start``; ``speech_start``/``speech_end`` bound the speech frames; ``decided`` is the
     sample where the end was known (``speech_end`` plus the silence waited); ``reason``:
-    ``silence``, ``max_length`` or ``finish``."""
+    ``silence``, ``max_length``, ``finish``, or ``complete`` (ended early: its text is a whole
+    command by the token map)."""
 
     audio: np.ndarray
     audio_start: int
@@ -186,16 +187,35 @@ class Endpointer:
             return None
         return self._end("finish", self.position, tail)
 
-    def pending(self) -> Utterance | None:
+    def pending(self, after: int | None = None) -> Utterance | None:
         """The utterance that ends here if the silence under way lasts: its audio (the speech and
-        ``pad`` after it) is complete once ``pad`` silent frames followed the last speech frame, so
-        it can be decoded while the rest of the silence comes in. None before that, outside an
-        utterance, or with too little speech. ``decided`` is where it became complete."""
+        ``after`` frames after it, ``pad`` by default) is complete once that many silent frames
+        followed the last speech frame, so it can be decoded while the rest of the silence comes
+        in. None before that, outside an utterance, or with too little speech. ``decided`` is
+        where it became complete."""
+        after = self.pad if after is None else after
         if not self._frames or self._speech_frames < self.min_speech:
             return None
-        if self.position - (self._last_speech + 1) < self.pad:
+        if self.position - (self._last_speech + 1) < after:
             return None
-        return self._utterance(self._frames, self._first, "silence", self.position)
+        return self._utterance(self._frames, self._first, "silence", self.position, after=after)
+
+    def silent_frames(self) -> int:
+        """Frames since the last speech frame of the utterance under way (0 outside one)."""
+        return self.position - (self._last_speech + 1) if self._frames else 0
+
+    def cut(self, after: int) -> Utterance | None:
+        """End the utterance under way now, with ``after`` frames of audio after its speech
+        (``reason`` "complete": its text was judged a whole command); what followed becomes
+        the pre-roll of the next one."""
+        if not self._frames or self._speech_frames < self.min_speech:
+            return None
+        frames, first = self._frames, self._first
+        self._frames = []
+        end = self._last_speech + 1 + after
+        if self.pad:
+            self._idle.extend(frames[end - first:][-self.pad:])
+        return self._utterance(frames, first, "complete", self.position, after=after)
 
     def _end(self, reason: str, decided: int, tail: np.ndarray | None = None) -> Utterance | None:
         frames, first = self._frames, self._first
@@ -211,8 +231,8 @@ class Endpointer:
         return self._utterance(frames, first, reason, decided, tail)
 
     def _utterance(self, frames: list[np.ndarray], first: int, reason: str, decided: int,
-                   tail: np.ndarray | None = None) -> Utterance:
-        end = self._last_speech + 1 + self.pad  # the frame after the last one decoded
+                   tail: np.ndarray | None = None, after: int | None = None) -> Utterance:
+        end = self._last_speech + 1 + (self.pad if after is None else after)  # the frame after the last one decoded
         kept = frames[:end - first]
         if end >= decided and tail is not None and tail.size:
             kept = [*kept, tail]  # the stream ended within the pad: its last samples too

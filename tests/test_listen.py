@@ -24,6 +24,7 @@ from specwhisper import WhisperEngine
 from specwhisper.audio import SAMPLE_RATE, load_audio
 from specwhisper.cli import main
 from specwhisper.errors import AudioError, ModelError, OptionError, SpecWhisperError
+from specwhisper.listen import check_listener_options
 from specwhisper.listen_endpoint import FRAME, Endpointer
 from specwhisper.tokenmap import build_token_map, load_token_map
 
@@ -271,6 +272,12 @@ def test_cli_listen_json_and_txt(map_engine, domain_map, stream, tmp_path, capsy
     assert text == [line["text"].strip() for line in lines]
     assert main(["listen", str(wav), "--silence-ms", "20"]) == 2
     assert "--silence-ms" in capsys.readouterr().err
+    assert main(["listen", str(wav), "--complete-ms", "100"]) == 2
+    assert "--complete-ms needs a token map" in capsys.readouterr().err
+    assert main(["listen", *common, "--complete-ms", "900"]) == 2
+    assert "complete_s must be" in capsys.readouterr().err
+    assert main(["listen", *common, "--energy", "--complete-ms", "100", "--output-format", "json"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
     assert main(["listen", str(tmp_path / "missing.wav")]) == 2
     assert "not found" in capsys.readouterr().err
 
@@ -320,3 +327,58 @@ def test_an_utterance_is_decoded_while_its_silence_comes_in(base_engine, stream)
     results, listener = _listen(base_engine, joined, _chunks(joined, 0.05), language="en")
     assert len(results) == 1 and listener.totals["early_wasted"] >= 1 and listener.totals["early_used"] == 1
     assert _words(first) & _words(results[0].text) and _words(second) & _words(results[0].text)
+
+
+# -- ending on a whole command (complete_s) --------------------------------------------------------
+def test_end_probability_counts_how_often_commands_ended_after_the_last_words(base_engine, tmp_path):
+    """The map's counts of end-of-text after a context: trailing punctuation is not asked about,
+    a context needs two tokens and three sightings, and an unseen one says nothing."""
+    lines = ["Turn on the kitchen lights."] * 6 + ["Turn on the kitchen lights to 50%."] * 2 + \
+            ["Set the thermostat to 21 degrees."] * 4
+    tmap = build_token_map(lines, base_engine.tokenizer, min_count=1).save(tmp_path / "few.tmap")
+    drafter = WhisperEngine(loaded=base_engine.lm, tokenmap=tmap, prompt_lookup=False).tokenmap_drafter
+    tokens = base_engine.tokenizer.encode
+    assert drafter.end_probability(tokens(" Turn on the kitchen lights.")) == pytest.approx(6 / 8)
+    assert drafter.end_probability(tokens(" Turn on the kitchen lights")) == pytest.approx(6 / 8)
+    assert drafter.end_probability(tokens(" Set the thermostat to 21 degrees.")) == 1.0
+    assert drafter.end_probability(tokens(" Set the thermostat to.")) == 0.0
+    assert drafter.end_probability(tokens(" Open the garage door.")) is None  # never seen
+    assert drafter.end_probability(tokens(" lights.")) is None  # one word: too little to judge
+
+
+def test_a_whole_command_ends_after_a_short_silence(map_engine, base_engine, stream):
+    """With ``complete_s`` a command whose text the map calls whole ends after 0.1 s of silence
+    (sooner than the 0.6 s silence), decoded exactly as ``transcribe`` decodes its span; the cuts
+    are the same however the stream is chunked; one cut off where commands go on waits."""
+    audio, truth = stream
+    complete = dict(complete_s=0.1, complete_p=0.5)  # two of these five end at 0.5 (0.81, 0.88 here)
+    results, listener = _listen(map_engine, audio, _chunks(audio, 0.05), **complete)
+    whole, _ = _listen(map_engine, audio, [audio], **complete)
+    assert [_key(r) for r in results] == [_key(r) for r in whole]
+    assert len(results) == len(truth), [r.text for r in results]
+    ended = [r for r in results if r.reason == "complete"]
+    assert ended and listener.totals["complete_ended"] == len(ended)
+    for result in ended:
+        # waited 4 frames and the rest of the 0.05 s chunk, not the 0.6 s silence; then its decoding
+        assert result.decode_s < result.latency_s <= result.decode_s + 0.128 + 0.05
+        assert result.audio_end_s - result.end_s == pytest.approx(0.128, abs=0.001)  # 4 frames of 32 ms
+        expected = base_engine.transcribe(_span(audio, result), language="en", audio_ctx="auto",
+                                          numerics=result.stats["numerics"], speculation=False)
+        assert result.result.tokens == expected.tokens
+    # the first command cut after "to" by a 0.4 s pause: "... light to" is no whole command, so it waits
+    start, end, reference = truth[0]
+    span = audio[round(start * SAMPLE_RATE) - 4000:round(end * SAMPLE_RATE) + 4000]
+    words = [w for s in base_engine.transcribe(span, language="en", word_timestamps=True).segments for w in s.words]
+    cut = next(round(w.end * SAMPLE_RATE) for w in words if w.word.strip().lower() == "to")
+    spoken = np.concatenate([span[:cut], np.zeros(round(0.4 * SAMPLE_RATE), np.float32), span[cut:],
+                             np.zeros(SAMPLE_RATE, np.float32)])
+    results, listener = _listen(map_engine, spoken, _chunks(spoken, 0.05), **complete)
+    assert len(results) == 1 and listener.totals["complete_tried"] >= 2, [r.text for r in results]
+    assert {"to", "brightness"} <= _words(results[0].text), results[0].text
+
+
+def test_complete_s_is_checked():
+    with pytest.raises(OptionError, match="complete_s"):
+        check_listener_options(silence_s=0.6, complete_s=0.8)
+    with pytest.raises(OptionError, match="complete_p"):
+        check_listener_options(complete_s=0.1, complete_p=1.5)

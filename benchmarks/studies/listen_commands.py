@@ -1,7 +1,7 @@
 """Command mode (issue 20): the domain test sets played as streams through ``engine.listen()``.
 
     python -m benchmarks.studies.listen_commands [--model base] [--threads 2] [--sets smarthome,car]
-        [--limit N] [--gap 0.3] [--silence-ms 600] [--pad-ms 300] [--configs greedy,tokenmap,...] [--json FILE]
+        [--limit N] [--gap 0.3] [--silence-ms 600] [--pad-ms 300] [--complete-ms 100] [--complete-p 0.9] [--half tune] [--configs greedy,tokenmap,...] [--json FILE]
 
 Each set's test clips (``--limit``: that many, spread over the manifest) are joined into one
 stream, ``--gap`` seconds of silence after each clip (the clips carry 0.25 s before their speech
@@ -43,7 +43,7 @@ from specwhisper import WhisperEngine
 from specwhisper.audio import SAMPLE_RATE, load_audio
 from specwhisper.tokenmap import build_token_map
 
-from ..data import load_set, shared_data_root, subset, train_text
+from ..data import half, load_set, shared_data_root, subset, train_text
 from ..metrics import wer
 
 CONFIGS = {
@@ -104,6 +104,9 @@ def summarise(name: str, results, wall: float, audio_s: float, clips, spans, off
     n = max(1, len(results))
     return {
         "config": name, "commands": len(results), "clips_found": found, "clips": len(clips),
+        "ended_complete": sum(1 for r in results if r.reason == "complete"),
+        "latency_mean_s": statistics.fmean(lat) if lat else None,
+        "latency_complete_median_s": statistics.median([r.latency_s for r in results if r.reason == "complete"] or [0]),
         "wer_reference": wer((t, [c.text], "en") for t, c in zip(texts, clips)),
         "wer_offline": wer((t, [o["text"]], "en") for t, o in zip(texts, offline)),
         "latency_median_s": statistics.median(lat) if lat else None, "latency_p95_s": pct(lat, 0.95),
@@ -129,7 +132,7 @@ def row(set_name: str, s: dict) -> str:
             f"{f(1000 * s['decode_median_s'], '.0f')} / {f(1000 * s['decode_p95_s'], '.0f')} | {s['rtf']:.3f} | "
             f"{1000 * s['decoder_s_per_command']:.0f} | {f(s['decoder_speedup'], '.2f')} | "
             f"{s['decoder_calls_per_command']:.1f} / {s['tokens_per_command']:.1f} | "
-            f"{s['accepted']}/{s['drafted']} | {f(s['vs_offline'], '.2f')} |")
+            f"{s['accepted']}/{s['drafted']} | {f(s['vs_offline'], '.2f')} | {s['ended_complete']} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gap", type=float, default=0.3, help="silence added after each clip (s)")
     ap.add_argument("--silence-ms", type=int, default=600)
     ap.add_argument("--pad-ms", type=int, default=300, help="audio decoded each side of the speech (ms)")
+    ap.add_argument("--complete-ms", type=int, default=None,
+                    help="silence that ends a whole command (ms; default: the listener's; 0: off)")
+    ap.add_argument("--complete-p", type=float, default=None, help="the listener's complete_p (default its own)")
+    ap.add_argument("--half", choices=["tune", "validate"], default=None, help="one half of each set (by voice)")
     ap.add_argument("--endpointing", default="auto", choices=["auto", "vad", "energy"])
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--data", default=None)
@@ -150,17 +157,21 @@ def main(argv: list[str] | None = None) -> int:
     root = shared_data_root(args.data)
     base = WhisperEngine(args.model, compute_type=args.compute_type, threads=args.threads)
     silence_s = args.silence_ms / 1000
+    complete = {} if args.complete_ms is None else {"complete_s": args.complete_ms / 1000 or None}
+    if args.complete_p is not None:
+        complete["complete_p"] = args.complete_p
     print(f"model {args.model} {args.compute_type}, {args.threads} threads, silence {args.silence_ms} ms, "
-          f"pad {args.pad_ms} ms, "
+          f"pad {args.pad_ms} ms, complete {args.complete_ms if args.complete_ms is not None else 'default'} ms, "
+          f"half {args.half or 'all'}, "
           f"gap {args.gap} s, chunks {CHUNK_S} s fed as fast as taken")
     print("| set | config | numerics | clips found (results) | WER ref % | WER vs offline % | latency median / p95 ms | "
           "decode median / p95 ms | RTF | decoder ms/cmd | decoder speedup | calls / tokens per cmd | "
-          "accepted/drafted | vs offline |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "accepted/drafted | vs offline | ended on a whole command |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for set_name in args.sets.split(","):
-            clips = subset(load_set(set_name, root), args.limit)
+            clips = subset(half(load_set(set_name, root), args.half), args.limit)
             lines = [ln for ln in train_text(set_name, root).read_text(encoding="utf-8").splitlines() if ln.strip()]
             tmap = build_token_map(lines, base.tokenizer, language="en").save(Path(tmp) / f"{set_name}.tmap")
             audio, spans = build_stream(clips, args.gap)
@@ -178,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                 engine = WhisperEngine(loaded=base.lm, tokenmap=tmap, **engine_options)
                 for replay in range(2 if engine_options.get("learn") else 1):
                     results, wall = play(engine, audio, silence_s, endpointing=args.endpointing,
-                                         pad_s=args.pad_ms / 1000, **listen_options)
+                                         pad_s=args.pad_ms / 1000, **complete, **listen_options)
                     label = name + ("-replay" if replay else "")
                     s = summarise(label, results, wall, audio_s, clips, spans, offline, greedy_decoder_s)
                     if name == "greedy":

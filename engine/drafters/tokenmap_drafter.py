@@ -183,6 +183,20 @@ class TokenMapDrafter:
             return None
         return self._predict(self._state_for(tokens, keep=False))[0]
 
+    def end_probability(self, tokens: Sequence[int]) -> float | None:
+        """How often the map's commands ended after ``tokens``' last words (``tokenmap.ending``):
+        command mode ends an utterance early where this is high."""
+        from specwhisper.tokenmap.ending import end_probability
+
+        n = self.static.header.n if self.static is not None else self.dynamic.n
+        return end_probability(self._maps, tokens, self.eot, n, self._is_punctuation)
+
+    def _is_punctuation(self, token: int) -> bool:
+        if self.tokenizer is None:
+            return False
+        text = self.tokenizer.decode([token]).strip()
+        return bool(text) and all(not c.isalnum() for c in text)
+
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the learned map atomically in the file format (merged into the static map if ``save_merged``)."""
         if self.dynamic is None:
