@@ -110,7 +110,7 @@ def clip_medians(records: list[dict]) -> dict[tuple[str, str, str], dict]:
         first = ok[0]
         row = {k: first.get(k) for k in ("set", "clip", "system", "duration_s", "language", "text", "tokens",
                                          "stats", "numerics", "refs", "windows", "window_numerics",
-                                         "window_tokens")}
+                                         "window_tokens", "window_speedup")}
         row["ok"] = True
         row["repeats"] = len(ok)
         row["deterministic"] = all(r.get("tokens") == first.get("tokens") for r in ok)
@@ -203,6 +203,12 @@ def _summarise_one(system: str, rows: list[dict], index: dict, reference: str | 
                 "mean_k": k_sum / calls if calls else None,
                 "accepted_by_len": dict(sorted(hist.items(), key=lambda kv: int(kv[0])))})
     out["numerics"] = sorted({str(r.get("numerics")) for r in ok if r.get("numerics")})
+    # the policy's gap: expected vs delivered speedup of the windows it speculated (mean over windows)
+    pairs = [(p, d) for r in ok for numerics, p, d in r.get("window_speedup") or []
+             if numerics == "batch-invariant" and p is not None and d is not None]
+    out["speculated_windows"] = len(pairs)
+    out["predicted_speedup"] = sum(p for p, _ in pairs) / len(pairs) if pairs else None
+    out["realised_speedup"] = sum(d for _, d in pairs) / len(pairs) if pairs else None
     return out
 
 

@@ -101,6 +101,15 @@ def encoder_note(summary: dict[str, dict[str, dict]]) -> str | None:
             "end-to-end time (e2e) is what users feel, so judge systems by the e2e columns.")
 
 
+def policy_note(rows: dict[str, dict], order: list[str]) -> str | None:
+    """Per system: the speedup the policy expected of the windows it speculated, beside what their
+    calls delivered (both in 1-row steps priced by the policy's curve), so that the gap is visible."""
+    parts = [f"`{system}` expected {rows[system]['predicted_speedup']:.2f}x, delivered "
+             f"{rows[system]['realised_speedup']:.2f}x over {rows[system]['speculated_windows']} windows"
+             for system in order if rows.get(system, {}).get("speculated_windows")]
+    return "Policy, speculated windows: " + "; ".join(parts) + "." if parts else None
+
+
 def markdown_report(results: dict) -> str:
     meta = results.get("meta", {})
     summary: dict[str, dict[str, dict]] = results.get("summary", {})
@@ -138,6 +147,9 @@ def markdown_report(results: dict) -> str:
                   f"{info.get('audio_s', 0.0):.1f} s of audio."
                   + (f" Token map: {info['tokenmap']}." if info.get("tokenmap") else ""), "",
                   set_table(rows, order), ""]
+        gap = policy_note(rows, order)
+        if gap:
+            lines += [gap, ""]
         unavailable = info.get("unavailable", {})
         if unavailable:
             lines += ["Not run here: " + "; ".join(f"`{k}`: {v}" for k, v in unavailable.items()), ""]

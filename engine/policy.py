@@ -266,6 +266,16 @@ def choose_numerics(requested: str, speculation: bool, row_floor: int | None, ha
     return "single-row", f"expected speedup {expected_speedup:.2f}x < {margin:.2f}x"
 
 
+def realised_speedup(tokens: int, steps: int, calls_by_rows: dict[int, int], cost: VerifyCost) -> float | None:
+    """What a window's decoding delivered in the units the policy predicts in: tokens after the
+    prefill's first over its decoder calls priced by ``cost`` (a 1-row step = 1.0), so 1.0 is
+    single-row greedy. Logged beside the prediction, it shows where the policy's estimate and the
+    window parted (acceptance, not prices: both sides use the same price curve). None where no
+    call was priced (a window decoded by CTranslate2's own loop, or one token long)."""
+    priced = steps + sum(n * cost(rows) for rows, n in calls_by_rows.items())
+    return (tokens - 1) / priced if priced > 0 and tokens > 1 else None
+
+
 def draft_model_expected_speedup(accept_by_pos: list[float], k: int, main_step_ms: float, draft_step_ms: float,
                                  verify_cost: VerifyCost, row_floor: int = 2,
                                  overhead_ms_per_token: float = 0.0, parallel: bool = False) -> float:

@@ -6,6 +6,7 @@ per window, speculative or not, in the numerics chosen for that window before it
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -44,6 +45,7 @@ from .policy import (
     VerifyCost,
     choose_numerics,
     default_policy,
+    realised_speedup,
 )
 from .sampling import PositionSampler
 from .stats import DecodeStats
@@ -283,6 +285,9 @@ class _WindowJob:
     sot_index: int
     context: WindowContext
     wstats: DecodeStats
+    # the policy's expected speedup when the window began (see ``realised_speedup``); None where the
+    # draft length is fixed (a draft model's window, ``draft_len``): no estimate in those units
+    predicted: float | None = None
 
 
 class _Unlearned:
@@ -787,8 +792,10 @@ class WhisperEngine:
                                 previous_tokens=tuple(run.previous + run.tail),
                                 initial_prompt_tokens=tuple(run.initial),
                                 audio=samples, window_index=index, speech_s=speech_seconds(samples))
+        predicted = window_policy.expected_speedup()
         return _WindowJob(start, end_frame, numerics, reason, window_policy, check, encoder_output, language,
-                          prompt, forced, sot_index, context, DecodeStats())
+                          prompt, forced, sot_index, context, DecodeStats(),
+                          predicted if math.isfinite(predicted) else None)
 
     def _finish_window(self, run: _Run, job: _WindowJob, attempt: Attempt) -> WindowResult:
         """The window's result from its chosen attempt, and what the run carries to the next window."""
@@ -807,6 +814,9 @@ class WhisperEngine:
         run.timings["decoder_s"] += wstats.prefill_s + wstats.steps_s
         window = self._window_result(run, attempt, start, end_frame, job.encoder_output, job.language)
         window.numerics, window.numerics_reason, window.stats = numerics, reason, wstats.to_dict()
+        cost = getattr(job.policy, "cost", self.verify_cost)
+        window.stats["predicted_speedup"] = job.predicted
+        window.stats["realised_speedup"] = realised_speedup(wstats.tokens, wstats.steps, wstats.calls_by_rows, cost)
         if run.dropped:  # decoded again from where the hallucination began: as if never decoded
             run.dropped = False
         elif not opts.condition_on_previous_text or attempt.temperature > opts.prompt_reset_on_temperature:

@@ -119,6 +119,22 @@ def test_mixed_numerics_clips_are_checked_window_by_window():
     assert summary["spec-y"]["identical"] == 1  # a skipped window is not compared
 
 
+def test_the_policy_gap_is_reported_over_speculated_windows():
+    """Expected vs delivered speedup, averaged over the windows decoded batch-invariant only."""
+    records = [_rec("spec", "a", 0, 1.0, 0.4, [1], window_speedup=[["batch-invariant", 1.4, 1.1],
+                                                                    ["single-row", 0.9, 1.0]]),
+               _rec("spec", "b", 0, 1.0, 0.4, [1], window_speedup=[["batch-invariant", 1.6, 1.5],
+                                                                    ["batch-invariant", None, 1.2]]),
+               _rec("greedy-single-row", "a", 0, 1.0, 0.4, [1])]
+    rows = metrics.summarise(records, reference_for={}, baseline=None, decoder_baseline=None)["s"]
+    spec = rows["spec"]
+    assert spec["speculated_windows"] == 2
+    assert spec["predicted_speedup"] == pytest.approx(1.5) and spec["realised_speedup"] == pytest.approx(1.3)
+    assert rows["greedy-single-row"]["predicted_speedup"] is None
+    note = report.policy_note(rows, ["greedy-single-row", "spec"])
+    assert note == "Policy, speculated windows: `spec` expected 1.50x, delivered 1.30x over 2 windows."
+
+
 def test_markdown_and_json_writers(tmp_path):
     records = [_rec("greedy-single-row", "a", 0, 1.0, 0.4, [1, 2]), _rec("fw-greedy", "a", 0, 2.0, 0.8, [1, 2])]
     results = {"meta": {"command": "python -m benchmarks run --suite real", "systems": ["greedy-single-row",

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from specwhisper.policy import AdaptiveDraftLength, VerifyCost, choose_numerics
+from specwhisper.policy import AdaptiveDraftLength, VerifyCost, choose_numerics, realised_speedup
 
 
 def test_result_fields_and_timings(base_engine, shared_data):
@@ -52,6 +53,25 @@ def test_numerics_choice_rules():
     # the loop pays more than the calibrated curve: a window is speculated only for a clear gain
     assert choose_numerics("auto", True, 3, True, 1.05)[0] == "single-row"
     assert choose_numerics("auto", True, 3, True, 1.2)[0] == "batch-invariant"
+
+
+def test_each_window_logs_its_predicted_and_realised_speedup(base_engine, shared_data):
+    """Beside the speedup the policy expected when a window began, what its calls delivered in
+    the same units: tokens after the first over calls priced by the policy's curve (1.0 = single-row)."""
+    path = shared_data / "longform/longform.flac"
+    result = base_engine.transcribe(path, language="en", numerics="batch-invariant")
+    for window in result.windows:
+        s = window.stats
+        assert s["predicted_speedup"] is None or s["predicted_speedup"] > 0
+        calls = {int(rows): n for rows, n in s["calls_by_rows"].items()}
+        priced = s["steps"] + sum(n * base_engine.verify_cost(rows) for rows, n in calls.items())
+        assert calls and s["realised_speedup"] == pytest.approx((s["tokens"] - 1) / priced)
+    assert any(w.stats["realised_speedup"] > 1.0 for w in result.windows)  # long-form drafts pay somewhere
+    pinned = base_engine.transcribe(shared_data / "real/audio/jfk.flac", language="en", numerics="single-row")
+    assert [w.stats["realised_speedup"] for w in pinned.windows] == [pytest.approx(1.0)]
+    json.dumps(pinned.to_dict())  # logged in the results
+    assert realised_speedup(5, 0, {}, VerifyCost({1: 1.0})) is None
+    assert realised_speedup(9, 2, {3: 2}, VerifyCost({1: 1.0, 3: 1.5})) == pytest.approx(8 / 5)
 
 
 def test_verify_cost_interpolates():
