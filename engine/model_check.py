@@ -1,8 +1,10 @@
-"""What a model directory's text files say, checked against its weights before CTranslate2 sees
-them: CTranslate2 does not bound-check token ids or alignment heads, so a vocabulary longer than
-the output layer, or a head that is not there, is a crash (a segmentation fault in the middle of a
-transcription) instead of an error. Reading ``model.bin``'s index costs milliseconds (no payload
-but one scalar)."""
+"""A model directory's files checked against each other and against its weights before
+CTranslate2 sees them: CTranslate2 does not bound-check token ids or alignment heads, so a
+vocabulary longer than the output layer, a config id past the vocabulary, or a head that is not
+there, is a crash (a segmentation fault in the middle of a transcription) instead of an error.
+``check_config_ids`` (config.json against the vocabulary) runs wherever a tokenizer loads, draft
+models too; ``check_against_weights`` where a model loads (reading ``model.bin``'s index costs
+milliseconds: no payload but one scalar)."""
 
 from __future__ import annotations
 
@@ -34,3 +36,35 @@ def check_against_weights(model_dir: Path, vocab_size: int, alignment_heads: lis
             raise ModelError(f"config.json: alignment head [{layer}, {head}] is not in the decoder ({layers} layers"
                              + (f" of {heads} heads)" if heads is not None else ")"),
                              where=str(model_dir / "config.json"), hint=HINT)
+
+
+TIMESTAMP_TOKENS = 1501  # <|0.00|> ... <|30.00|>
+
+
+def check_config_ids(model_dir: Path, config: dict, vocab_size: int, timestamp_begin: int) -> None:
+    """A damaged vocabulary or config.json refused here: a token id past the model's output layer
+    would reach CTranslate2, which does not check it (a crash, not an error). Without a vocabulary
+    file the ids' kinds are checked, not their range: CTranslate2 then refuses the directory
+    itself, and the size here is the tokenizer's, not the model's."""
+    bounded = any((model_dir / name).is_file() for name in ("vocabulary.json", "vocabulary.txt"))
+    need = timestamp_begin + TIMESTAMP_TOKENS
+    if bounded and vocab_size < need:
+        raise ModelError(f"the model's vocabulary has {vocab_size} entries, fewer than the {need} its tokenizer "
+                         "and timestamps need", where=str(model_dir), hint="the vocabulary file may be cut short: "
+                         "re-download or re-convert the model")
+    limit = vocab_size if bounded else float("inf")
+    for key in ("suppress_ids", "suppress_ids_begin", "lang_ids"):
+        values = config.get(key, [])
+        if not isinstance(values, list) or not all(_index(i) and i < limit for i in values):
+            raise ModelError(f"config.json: {key} must be a list of token ids"
+                             + (f" from 0 to {vocab_size - 1}" if bounded else ""),
+                             where=str(model_dir / "config.json"), hint=HINT)
+    heads = config.get("alignment_heads", [])
+    if not isinstance(heads, list) or not all(isinstance(h, list) and len(h) == 2 and all(map(_index, h))
+                                              for h in heads):
+        raise ModelError("config.json: alignment_heads must be a list of [layer, head] pairs",
+                         where=str(model_dir / "config.json"), hint=HINT)
+
+
+def _index(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -16,6 +16,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from .errors import ModelError
+from .model_check import check_config_ids
 
 LANGUAGE_CODES = (
     "en zh de es ru ko fr ja pt tr pl ca nl ar sv it id hi fi vi he uk el ms cs ro da hu ta no th ur hr bg lt "
@@ -89,7 +90,7 @@ class WhisperTokenizer:
         # English-only Whisper vocabularies have 51864 entries, multilingual ones 51865 (51866 for v3).
         multilingual = bool(config.get("lang_ids")) and vocab_size >= 51865
         tokenizer = cls(tok, multilingual, vocab_size, str(path))
-        _check_ids(model_dir, config, vocab_size, tokenizer.special.timestamp_begin)
+        check_config_ids(model_dir, config, vocab_size, tokenizer.special.timestamp_begin)
         return tokenizer
 
     # --- text <-> ids -------------------------------------------------------------------------
@@ -160,38 +161,6 @@ def _read_json(path: Path) -> dict:
     except (OSError, ValueError) as exc:
         raise ModelError(f"config.json is not valid JSON: {exc}", where=str(path),
                          hint="re-download or re-convert the model") from None
-
-
-TIMESTAMP_TOKENS = 1501  # <|0.00|> ... <|30.00|>
-
-
-def _check_ids(model_dir: Path, config: dict, vocab_size: int, timestamp_begin: int) -> None:
-    """A damaged vocabulary or config.json refused here: a token id past the model's output layer
-    would reach CTranslate2, which does not check it (a crash, not an error). Without a vocabulary
-    file the ids' kinds are checked, not their range: CTranslate2 then refuses the directory
-    itself, and the size here is the tokenizer's, not the model's."""
-    bounded = any((model_dir / name).is_file() for name in ("vocabulary.json", "vocabulary.txt"))
-    need = timestamp_begin + TIMESTAMP_TOKENS
-    if bounded and vocab_size < need:
-        raise ModelError(f"the model's vocabulary has {vocab_size} entries, fewer than the {need} its tokenizer "
-                         "and timestamps need", where=str(model_dir), hint="the vocabulary file may be cut short: "
-                         "re-download or re-convert the model")
-    limit = vocab_size if bounded else float("inf")
-    for key in ("suppress_ids", "suppress_ids_begin", "lang_ids"):
-        values = config.get(key, [])
-        if not isinstance(values, list) or not all(_index(i) and i < limit for i in values):
-            raise ModelError(f"config.json: {key} must be a list of token ids"
-                             + (f" from 0 to {vocab_size - 1}" if bounded else ""),
-                             where=str(model_dir / "config.json"), hint="re-download or re-convert the model")
-    heads = config.get("alignment_heads", [])
-    if not isinstance(heads, list) or not all(isinstance(h, list) and len(h) == 2 and all(map(_index, h))
-                                              for h in heads):
-        raise ModelError("config.json: alignment_heads must be a list of [layer, head] pairs",
-                         where=str(model_dir / "config.json"), hint="re-download or re-convert the model")
-
-
-def _index(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _vocabulary_size(model_dir: Path, tok: Tokenizer) -> int:
