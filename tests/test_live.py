@@ -279,3 +279,22 @@ def test_committed_text_matches_offline_in_order_and_bounded(base_stream_engine,
         prefix = list(r.options["prefix"] or ())
         assert r.numerics == "skipped" or r.tokens[:len(prefix)] == prefix
     assert [e for e in events if e.kind == "tentative"][-1].text == ""
+
+
+def test_an_unsure_pass_commits_nothing(engine, longform, monkeypatch):
+    """A pass whose mean token log-probability is below ``LOW_CONFIDENCE`` commits nothing and is
+    not agreed with (a hallucination on hard audio repeats itself pass after pass): with every pass
+    unsure, nothing of an 8 s stretch is committed before ``finish()``, which commits the last
+    pass; with none unsure, text is committed as it comes."""
+    import specwhisper.live as live
+
+    audio = longform[:8 * SAMPLE_RATE]
+    monkeypatch.setattr(live, "LOW_CONFIDENCE", 0.0)  # every pass: log-probabilities are negative
+    stream = engine.stream("en", numerics="batch-invariant", draft_len=DRAFT_LEN)
+    fed = [e for i in range(0, audio.size, SAMPLE_RATE) for e in stream.feed(audio[i:i + SAMPLE_RATE])]
+    assert stream.totals["passes"] >= 7 and not [e for e in fed if e.kind == "commit" and e.text.strip()]
+    assert {"fellow", "americans"} <= set(_words(_committed(stream.finish())))
+    monkeypatch.setattr(live, "LOW_CONFIDENCE", float("-inf"))
+    sure = engine.stream("en", numerics="batch-invariant", draft_len=DRAFT_LEN)
+    fed = [e for i in range(0, audio.size, SAMPLE_RATE) for e in sure.feed(audio[i:i + SAMPLE_RATE])]
+    assert "fellow" in _words(_committed(fed))
