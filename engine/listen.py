@@ -97,7 +97,7 @@ class CommandListener(ChunkConsumer):
     dropped undecoded; ``pad_s``: audio decoded each side of the speech; ``vad_threshold``: Silero
     speech probability; ``energy_threshold_db``: a fixed energy level (dBFS) instead of the
     adaptive one; ``complete_s``: silence that ends an utterance whose text the token map calls a
-    whole command (None: off; without a token map or ``learn`` it is off), ``complete_p``: how often
+    whole command (None: off; it needs a token map or ``learn``), ``complete_p``: how often
     the map's commands must have ended after those words (``COMPLETE_P``). ``options``: those of
     ``transcribe`` (numerics, speculation, ...).
     ``totals``: utterances, dropped ones, and the decodings' counts and seconds summed."""
@@ -123,6 +123,9 @@ class CommandListener(ChunkConsumer):
         self._silence = frames_of(silence_s) * FRAME  # samples of silence that end an utterance
         self._endpointer = Endpointer(frames_of(silence_s), frames_of(max_utterance_s), frames_of(min_speech_s),
                                       frames_of(pad_s))
+        if complete_s is not None and engine.tokenmap_drafter is None:
+            raise OptionError("complete_s needs a token map to tell whole commands", where="complete_s",
+                              hint="make the engine with tokenmap=FILE (or learn=True), or leave complete_s out")
         ends = engine.tokenmap_drafter if complete_s is not None else None
         self._ends = ends  # what says whether a text is a whole command (None: wait for the silence)
         self._complete = frames_of(complete_s) if ends is not None else None

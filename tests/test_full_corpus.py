@@ -2,7 +2,9 @@
 
 Per clip, one encoder pass serves all checks: single-row tokens equal the fork's ``generate``,
 and speculation with adversarial drafters equals the no-speculation oracle in batch-invariant
-numerics, greedy and sampled (temperature 0.7, a seed per clip). Multi-window files (long-form) go through ``transcribe`` with prompt lookup.
+numerics, greedy and sampled (temperature 0.7, a seed per clip), and with timestamps (one adversary
+a clip, in rotation: flipped and overlong oracle, random and out-of-vocabulary ids, a repeater,
+early end-of-text). Multi-window files (long-form) go through ``transcribe`` with prompt lookup.
 The draft model running ahead on its own thread (tiny.en for base) is checked on every English
 clip and on the long-form files, where its timing differs from run to run but the tokens must not.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from adversarial import EarlyEot, Oracle, RandomIds
+from adversarial import EarlyEot, Oracle, RandomIds, Repeater
 from clips import every_single_window_clip
 from decoding import decode, encode_clip, generate_tokens
 from specwhisper.sampling import PositionSampler
@@ -43,6 +45,14 @@ def test_parity_and_exactness_on_every_clip(model, base_engine, tiny_engine, sha
                            k=1 + (seed * 7) % 16, filler=engine.guesser, sampler=sampler)
         if tokens != sampled:
             failures.append(f"{clip['audio']}: drafts changed the sampled output")
+        # with timestamps (their rules run on every row): one adversary a clip, in rotation
+        timed, _ = decode(engine, enc, "batch-invariant", timestamps=True)
+        adversary = (Oracle(timed, eot, flip=True, seed=seed, overlong=seed % 2 == 0), RandomIds(seed + 1, vocab),
+                     Repeater(), EarlyEot(eot))[seed % 4]
+        tokens, _ = decode(engine, enc, "batch-invariant", adversary, k=1 + (seed * 5) % 16, filler=engine.guesser,
+                           timestamps=True)
+        if tokens != timed:
+            failures.append(f"{clip['audio']}: {type(adversary).__name__} changed the timestamped output")
     assert not failures, failures
 
 

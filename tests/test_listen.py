@@ -377,7 +377,9 @@ def test_a_whole_command_ends_after_a_short_silence(map_engine, base_engine, str
     assert {"to", "brightness"} <= _words(results[0].text), results[0].text
 
 
-def test_complete_s_is_checked():
+def test_complete_s_is_checked(base_engine):
+    with pytest.raises(OptionError, match="complete_s needs a token map"):
+        base_engine.listen(complete_s=0.1)
     with pytest.raises(OptionError, match="complete_s"):
         check_listener_options(silence_s=0.6, complete_s=0.8)
     with pytest.raises(OptionError, match="complete_p"):
