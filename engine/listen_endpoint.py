@@ -196,7 +196,7 @@ class Endpointer:
         after = self.pad if after is None else after
         if not self._frames or self._speech_frames < self.min_speech:
             return None
-        if self.position - (self._last_speech + 1) < after:
+        if self.silent_frames() < after:
             return None
         return self._utterance(self._frames, self._first, "silence", self.position, after=after)
 
