@@ -23,7 +23,8 @@ from specwhisper import WhisperEngine
 from specwhisper.audio import load_audio
 from specwhisper.decoder import decode_window
 from specwhisper.drafters.base import NullDrafter, WindowContext
-from specwhisper.drafters.draft_model import DraftModelDrafter, DraftModelStats
+from specwhisper.drafters.draft_cost import DraftModelStats
+from specwhisper.drafters.draft_model import DraftModelDrafter
 from specwhisper.errors import SpecWhisperError
 from specwhisper.features import content_frames, log_mel_spectrogram, window_features
 from specwhisper.io_utils import atomic_write_text

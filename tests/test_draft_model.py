@@ -11,7 +11,8 @@ import pytest
 
 from clips import clips
 from decoding import decode, encode_clip
-from specwhisper.drafters.draft_model import DraftModelDrafter, load_draft_model, open_draft_drafter
+from specwhisper.drafters.draft_load import load_draft_model
+from specwhisper.drafters.draft_model import DraftModelDrafter, open_draft_drafter
 from specwhisper.drafters.vocab_remap import ByteTokenizer, VocabRemap
 from specwhisper.errors import ModelError, SpecWhisperError, TokenMapError
 from specwhisper.tokenizer import WhisperTokenizer
@@ -195,7 +196,7 @@ def _window(engine):
 
 def test_same_vocabulary_passes_tokens_through(tiny_engine, shared_data):
     """Self-drafting (tiny.en for tiny.en, load checks bypassed): ids and prompt go through unchanged."""
-    from specwhisper.drafters.draft_model import DraftModel
+    from specwhisper.drafters.draft_load import DraftModel
 
     tok = tiny_engine.tokenizer
     same = VocabRemap(tok, tok)
@@ -241,7 +242,7 @@ def test_engine_transcribes_the_same_with_the_draft_model(base_engine, drafter, 
 # --- ahead: the draft model on its own thread -------------------------------------------------
 @pytest.fixture(scope="module")
 def ahead_drafter(base_engine, drafter):
-    from specwhisper.drafters.draft_model import DraftModel
+    from specwhisper.drafters.draft_load import DraftModel
 
     d = DraftModelDrafter(DraftModel(drafter.lm, drafter.remap, drafter.draft.model_dir), base_engine.tokenizer,
                           ahead=True)
@@ -334,7 +335,7 @@ def test_a_dropped_ahead_drafter_stops_its_thread(base_engine, drafter):
     and its finalizer ends the thread before the collection returns (no thread left to linger)."""
     import gc
 
-    from specwhisper.drafters.draft_model import DraftModel
+    from specwhisper.drafters.draft_load import DraftModel
 
     d = DraftModelDrafter(DraftModel(drafter.lm, drafter.remap, drafter.draft.model_dir), base_engine.tokenizer,
                           ahead=True)
@@ -422,7 +423,7 @@ def test_policy_prices_tiny_en_for_base_with_measured_costs(base_engine, drafter
     base's, as on the AMD EPYC, the same rule may accept it.)"""
     import re
 
-    from specwhisper.drafters.draft_model import decoder_step_ms
+    from specwhisper.drafters.draft_cost import decoder_step_ms
     from specwhisper.policy import SPECULATE_MARGIN, VerifyCost, draft_model_expected_speedup
 
     cost = VerifyCost.default("cpu")
