@@ -18,6 +18,10 @@
 * ``fw_hallucination_<kernel class>.json``: faster-whisper's segments and words with
   ``hallucination_silence_threshold`` off, 1.0 and 2.0 on a recording with 25 s of hum between two
   clips (``hallucination_input``), tiny.en greedy (``--only hallucination``).
+* ``fw_chunk_length_<kernel class>.json``: the facade fixture's call with ``chunk_length`` 10 and 20
+  and ``temperature=0.0`` (greedy only, so deterministic) on jfk, a 14.6 s LibriSpeech read clip and
+  longform.flac, plus jfk with word timings, the read clip without timestamps and longform.flac with
+  ``clip_timestamps`` at 10 s (``--only chunk``; tests/test_fw_facade_parity.py).
 
 Runs faster-whisper in the peer environment (``peer_env``), fed the samples our loader decoded
 (the facade fixture: the file path, decoded by faster-whisper itself, as a user calls it; the
@@ -57,6 +61,8 @@ FW_GREEDY_CALL = ("WhisperModel(model_dir, device='cpu', compute_type='int8', cp
 FW_FACADE_CALL = ("WhisperModel(model_dir, device='cpu', compute_type='int8', cpu_threads=2)"
                   ".transcribe(path, language='en', beam_size=1, vad_filter=False)")
 FW_FACADE_WORDS_CLIPS = ("jfk",)  # also run with word_timestamps=True
+FW_CHUNK_CLIPS = (("real", "jfk"), ("read", "1040-133433-0000"), ("longform", "longform"))
+FW_CHUNK_LENGTHS = (10, 20)
 # Run by the peer venv's python (upstream ctranslate2 + faster-whisper; nothing of ours importable).
 # stdin: {"model", "threads", "clips": [{"id", "path", "npy", "word_timestamps"}]}; stdout: one JSON
 # line per run (two for a clip with a sampled window: the default run, then temperature=0.0).
@@ -66,6 +72,10 @@ import numpy as np
 from faster_whisper import WhisperModel, decode_audio
 job = json.loads(sys.stdin.read())
 model = WhisperModel(job["model"], device="cpu", compute_type="int8", cpu_threads=job["threads"])
+# faster-whisper 1.2.1's FeatureExtractor keeps a call's chunk_length for every later call (it sets
+# n_samples and nb_max_frames on itself): each run starts from the defaults again
+extractor = model.feature_extractor
+default_sizes = (extractor.n_samples, extractor.nb_max_frames)
 
 def run(path, **options):
     t0 = time.perf_counter()
@@ -79,6 +89,7 @@ def run(path, **options):
             row["words"] = [{"start": w.start, "end": w.end, "word": w.word, "probability": w.probability}
                             for w in s.words]
         rows.append(row)
+    extractor.n_samples, extractor.nb_max_frames = default_sizes
     return {"segments": rows, "seconds": time.perf_counter() - t0, "duration": info.duration}
 
 for clip in job["clips"]:
@@ -96,9 +107,9 @@ for clip in job["clips"]:
     if clip.get("path") is None:
         continue
     if any(s["temperature"] > 0 for s in res["segments"]):  # sampled: also the deterministic greedy-only run
-        res = run(clip["path"], word_timestamps=clip["word_timestamps"], temperature=0.0)
-        print(json.dumps({"id": clip["id"], "options": {"word_timestamps": clip["word_timestamps"],
-                                                        "temperature": 0.0}, **res,
+        extra = {**extra, "temperature": 0.0}
+        res = run(clip["path"], word_timestamps=clip["word_timestamps"], **extra)
+        print(json.dumps({"id": clip["id"], "options": {"word_timestamps": clip["word_timestamps"], **extra}, **res,
                           "samples_equal_our_loader": same}), flush=True)
 """
 
@@ -181,21 +192,7 @@ def make_fw_facade(root: Path, tmp: Path, out: Path, model_dir: Path, versions: 
             jobs.append({"id": clip.id, "path": str(clip.path), "npy": npy, "word_timestamps": True})
     rel = {c.id: c.rel for c in facade_clips(root)}
     print(f"[fixtures] fw facade: {len(jobs)} runs in the peer environment", file=sys.stderr)
-    proc = subprocess.run([str(ensure_peer_venv()), "-c", _FACADE_PEER], capture_output=True, text=True,
-                          input=json.dumps({"model": str(model_dir), "threads": 2, "clips": jobs}),
-                          env=_peer_env(), check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"faster-whisper facade run failed:\n{proc.stderr[-2000:]}")
-    runs = []
-    for line in proc.stdout.splitlines():
-        res = json.loads(line)
-        if not res.pop("samples_equal_our_loader"):
-            raise RuntimeError(f"{res['id']}: faster_whisper.decode_audio differs from specwhisper.audio.load_audio")
-        print(f"[fixtures]   {res['id']} {res['options']}: {len(res['segments'])} segments, "
-              f"{res['seconds']:.1f} s", file=sys.stderr)
-        runs.append({"id": res["id"], "clip": rel[res["id"]], "options": res["options"],
-                     "duration": res["duration"], "fw_seconds": round(res["seconds"], 2),
-                     "segments": res["segments"]})
+    runs = _facade_runs(model_dir, jobs, rel, "facade")
     result = {"faster_whisper": versions["faster_whisper"], "ctranslate2": versions["ctranslate2"],
               "call": FW_FACADE_CALL, "model_dir_name": model_dir.name, "cpu_vendor": cpu_vendor(),
               "kernel_class": kernel_class(),
@@ -210,6 +207,58 @@ def make_fw_facade(root: Path, tmp: Path, out: Path, model_dir: Path, versions: 
                       "followed by a run of the same clip with temperature=0.0 (greedy only, deterministic).",
               "runs": runs}
     return atomic_write_text(out / f"fw_facade_{kernel_class()}.json",
+                             json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+
+
+def _facade_runs(model_dir: Path, jobs: list[dict], rel: dict[str, str], what: str) -> list[dict]:
+    """``jobs`` through ``_FACADE_PEER`` in the peer environment; the runs as the fixtures record
+    them (each file decoded by faster-whisper checked equal to our loader's samples)."""
+    proc = subprocess.run([str(ensure_peer_venv()), "-c", _FACADE_PEER], capture_output=True, text=True,
+                          input=json.dumps({"model": str(model_dir), "threads": 2, "clips": jobs}),
+                          env=_peer_env(), check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"faster-whisper {what} run failed:\n{proc.stderr[-2000:]}")
+    runs = []
+    for line in proc.stdout.splitlines():
+        res = json.loads(line)
+        if not res.pop("samples_equal_our_loader"):
+            raise RuntimeError(f"{res['id']}: faster_whisper.decode_audio differs from specwhisper.audio.load_audio")
+        print(f"[fixtures]   {res['id']} {res['options']}: {len(res['segments'])} segments, "
+              f"{res['seconds']:.1f} s", file=sys.stderr)
+        runs.append({"id": res["id"], "clip": rel[res["id"]], "options": res["options"],
+                     "duration": res["duration"], "fw_seconds": round(res["seconds"], 2),
+                     "segments": res["segments"]})
+    return runs
+
+
+def make_fw_chunk_length(root: Path, tmp: Path, out: Path, model_dir: Path, versions: dict) -> Path:
+    """The facade fixture's call with ``chunk_length`` (``FW_CHUNK_LENGTHS``) on ``FW_CHUNK_CLIPS``,
+    greedy only (``temperature=0.0``: a sampled fallback would not be reproducible); jfk also with
+    word timings, the read clip without timestamps and longform.flac with clip_timestamps, at the
+    first length."""
+    clips = [next(c for c in load_set(name, root) if c.id == cid) for name, cid in FW_CHUNK_CLIPS]
+    jobs = []
+    for clip in clips:
+        npy = str(_save_npy(clip, tmp))
+        for length in FW_CHUNK_LENGTHS:
+            jobs.append({"id": clip.id, "path": str(clip.path), "npy": npy, "word_timestamps": False,
+                         "options": {"chunk_length": length, "temperature": 0.0}})
+        extra = {"jfk": {"word_timestamps": True}, "1040-133433-0000": {"without_timestamps": True},
+                 "longform": {"clip_timestamps": "5,37,60,75"}}.get(clip.id)
+        if extra is not None:
+            jobs.append({"id": clip.id, "path": str(clip.path), "npy": npy,
+                         "word_timestamps": extra.pop("word_timestamps", False),
+                         "options": {"chunk_length": FW_CHUNK_LENGTHS[0], "temperature": 0.0, **extra}})
+    print(f"[fixtures] fw chunk_length: {len(jobs)} runs in the peer environment", file=sys.stderr)
+    runs = _facade_runs(model_dir, jobs, {c.id: c.rel for c in clips}, "chunk_length")
+    result = {"faster_whisper": versions["faster_whisper"], "ctranslate2": versions["ctranslate2"],
+              "call": FW_FACADE_CALL[:-1] + ", chunk_length=L, temperature=0.0, ...)",
+              "model_dir_name": model_dir.name, "cpu_vendor": cpu_vendor(), "kernel_class": kernel_class(),
+              "note": "as fw_facade_*.json (faster-whisper's defaults otherwise), each run's extra options in "
+                      "'options'. faster-whisper 1.2.1's FeatureExtractor keeps a call's chunk_length for later "
+                      "calls: the peer resets it after each run, so each run is a fresh model's.",
+              "runs": runs}
+    return atomic_write_text(out / f"fw_chunk_length_{kernel_class()}.json",
                              json.dumps(result, indent=1, ensure_ascii=False) + "\n")
 
 
@@ -279,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", help="shared corpus root (default: ../shared/data)")
     ap.add_argument("--out", default=str(REPO / "tests" / "fixtures"))
     ap.add_argument("--base-int8", help="CT2 int8 directory of base for the facade fixture (default: model store)")
-    ap.add_argument("--only", choices=("mel", "greedy", "facade", "hallucination"), help="write one of the fixtures")
+    ap.add_argument("--only", choices=("mel", "greedy", "facade", "hallucination", "chunk"),
+                    help="write one of the fixtures")
     args = ap.parse_args(argv)
     root = shared_data_root(args.data)
     out = Path(args.out)
@@ -297,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "hallucination"):
             tiny = _model(args.tiny, "tiny.en")
             print(f"[fixtures] wrote {make_fw_hallucination(root, tmp, out, tiny, versions)}", file=sys.stderr)
+        if args.only in (None, "chunk"):
+            model_dir = Path(args.base_int8) if args.base_int8 else _base_int8()
+            print(f"[fixtures] wrote {make_fw_chunk_length(root, tmp, out, model_dir, versions)}", file=sys.stderr)
     return 0
 
 

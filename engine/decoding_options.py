@@ -9,12 +9,13 @@ the SOT sequence, then ``<|notimestamps|>`` or, before a prefix, ``<|0.00|>``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from numbers import Real
+from numbers import Integral, Real
 
 from .backend import MAX_POSITIONS
 from .errors import OptionError
 
 TIME_PRECISION = 0.02
+MAX_CHUNK_LENGTH = 30  # seconds: the encoder's input; a longer window would not be seen whole
 
 
 def check_decoding_options(opts) -> None:
@@ -41,6 +42,7 @@ def check_decoding_options(opts) -> None:
             raise OptionError(f"suppress_tokens must be a list of token ids, got {opts.suppress_tokens!r}",
                                    where="suppress_tokens", hint="use e.g. [-1] (the model's non-speech symbols)")
         object.__setattr__(opts, "suppress_tokens", tuple(tokens))
+    object.__setattr__(opts, "chunk_length", check_chunk_length(opts.chunk_length))
     object.__setattr__(opts, "clip_timestamps", parse_clips(opts.clip_timestamps))
     prompt = opts.initial_prompt
     if prompt is not None and not isinstance(prompt, str):
@@ -55,6 +57,25 @@ def check_decoding_options(opts) -> None:
     if opts.hotwords is not None and not isinstance(opts.hotwords, str):
         raise OptionError(f"hotwords must be text, got {type(opts.hotwords).__name__}", where="hotwords",
                           hint="pass a string")
+
+
+def check_chunk_length(value) -> int | None:
+    """faster-whisper's ``chunk_length``: None (30 s windows) or whole seconds in 1..30.
+
+    faster-whisper 1.2.1 breaks outside that range instead of refusing (measured): a float (even
+    10.0) is a TypeError in its seek loop (a float slice index), 0 hangs (seek never advances), a
+    negative length yields the first window's segment forever, and above 30 its encoder input is
+    trimmed to 30 s while seek still moves by the whole length, so every window skips audio no
+    window decoded (40: 10 s of every 40). Here each is a clear error before any work.
+    Returns the value as an ``int`` (a numpy integer is accepted, as faster-whisper accepts it)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Integral) or not 1 <= value <= MAX_CHUNK_LENGTH:
+        raise OptionError(f"chunk_length must be whole seconds from 1 to {MAX_CHUNK_LENGTH}, got {value!r}",
+                          where="chunk_length",
+                          hint=f"use e.g. 10, or leave it unset for {MAX_CHUNK_LENGTH} s windows (the encoder's input "
+                               f"is {MAX_CHUNK_LENGTH} s: a longer window would skip audio)")
+    return int(value)
 
 
 def _text_or_ids(value, name: str, text: bool = True) -> str | tuple[int, ...] | None:

@@ -55,17 +55,18 @@ class HallucinationCut:
 
 
 def cut_hallucinations(segments: list[Segment], threshold: float, start: int, end_frame: int, n_content: int,
-                       last_speech_s: float) -> HallucinationCut:
+                       last_speech_s: float, full_window_s: float = 30.0) -> HallucinationCut:
     """Apply the rule to the timed segments of the window from frame ``start`` to ``end_frame``
     (module docstring); ``n_content``: the recording's frames; ``last_speech_s``: the end of the
-    last word before this window."""
+    last word before this window; ``full_window_s``: a full window's length (faster-whisper's
+    ``chunk_length``), from which it measures the window's end even where the window is cut short."""
     window_start_s, window_s = start / 100, (end_frame - start) / 100
     first = _next_worded(segments)
     if is_anomaly(first):
         gap = first.start_s - window_start_s
         if gap > threshold:
             return HallucinationCut(0, round(gap * 100), drop=True)
-    window_end_s = window_start_s + 30.0  # a full window's end, as faster-whisper measures it
+    window_end_s = window_start_s + full_window_s  # a full window's end, as faster-whisper measures it
     last_end = last_speech_s
     for index, segment in enumerate(segments):
         if not segment.words:

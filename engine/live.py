@@ -75,7 +75,7 @@ EMPTY_KEEP_S = 1.0  # a pass that hears no words keeps this much of the buffer: 
 # (base int8, invariant decoder, 2 cores), against about 5 ms a decoded token.
 CONTEXT_TOKENS = 48
 SET_BY_STREAM = ("timestamps", "prefix", "draft_hint", "clip_timestamps", "condition_on_previous_text",
-                 "progress", "multilingual", "word_timestamps", "max_new_tokens")
+                 "progress", "multilingual", "word_timestamps", "max_new_tokens", "chunk_length")
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,8 @@ class LiveStream(ChunkConsumer):
                               where="max_buffer_s", hint="use e.g. 15 (the default)")
         check_consumer_args("a live stream", "engine.stream", sample_rate, options, SET_BY_STREAM,
                             "the stream sets timestamps, prefix and draft hints itself; "
-                            "word timestamps and clips are not supported live yet")
+                            "word timestamps, clips and chunk_length (a pass decodes one window of up to "
+                            "30 s) are not supported live yet")
         options.setdefault("audio_ctx", "auto")
         opts = TranscribeOptions(language=language, task=task, **options)  # every option checked now
         if language is not None:

@@ -88,13 +88,16 @@ class WindowSplit:
 
 
 def split_window(tokens: Sequence[int], timestamp_begin: int, eot: int, offset_s: float,
-                 window_frames: int) -> WindowSplit:
+                 window_frames: int, max_advance: int | None = None) -> WindowSplit:
     """Segments of a window's tokens (EOT excluded) decoded with timestamps.
 
     As in Whisper's own long-form loop: pairs ``<|t|><|t|>`` close segments; a window that ends
     with a single timestamp after text, or has no pair at all, is complete and the next window
     starts after it; otherwise the text after the last pair is incomplete, and the next window
     starts at that pair's time. ``window_frames``: the window's content (at most 3000 frames).
+    ``max_advance``: the farthest that pair may move the next window (default ``window_frames``;
+    a window shorter than the encoder input, faster-whisper's ``chunk_length``, passes 3000: its
+    timestamps can reach into the padding, and faster-whisper seeks to them unclamped).
     """
     tokens = [t for t in tokens if t != eot]
     tb = timestamp_begin
@@ -130,4 +133,5 @@ def split_window(tokens: Sequence[int], timestamp_begin: int, eot: int, offset_s
         return WindowSplit(segments, list(tokens), window_frames, [])
     shift = tokens[last] - tb
     tail = [t - shift if t >= tb else t for t in tokens[last:]]
-    return WindowSplit(segments, list(tokens[:last]), min(advance, window_frames), tail)
+    limit = window_frames if max_advance is None else max_advance
+    return WindowSplit(segments, list(tokens[:last]), min(advance, limit), tail)

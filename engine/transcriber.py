@@ -25,7 +25,7 @@ from .decoding_options import check_decoding_options, seek_clips, suppressed_ids
 from .drafters.base import Drafter, WindowContext
 from .drafters.bigram import BigramGuesser, map_then_bigram
 from .drafters.chain import DrafterChain
-from .errors import SpecWhisperError
+from .errors import OptionError, SpecWhisperError
 from .fallback import (
     COMPRESSION_RATIO_THRESHOLD,
     Attempt,
@@ -34,7 +34,14 @@ from .fallback import (
     ladder,
     parse_temperatures,
 )
-from .features import N_FRAMES, content_frames, log_mel_spectrogram, short_window_features, window_features
+from .features import (
+    FRAMES_PER_SECOND,
+    N_FRAMES,
+    content_frames,
+    log_mel_spectrogram,
+    short_window_features,
+    window_features,
+)
 from .hallucination import cut_hallucinations
 from .model_store import resolve_model
 from .pipeline import EncoderAhead
@@ -106,6 +113,9 @@ class TranscribeOptions:
     max_initial_timestamp: float = 1.0
     max_new_tokens: int | None = None
     clip_timestamps: str | tuple[float, ...] = "0"
+    # faster-whisper's window length in seconds (None: 30): each window decodes at most this much
+    # audio, its features zero-padded to the encoder's 30 s input (see ``window_frames``)
+    chunk_length: int | None = None
     multilingual: bool = False  # detect the language of every window
     word_timestamps: bool = False
     prepend_punctuations: str = "\"'“¿([{-"
@@ -137,6 +147,17 @@ class TranscribeOptions:
             raise SpecWhisperError(f"draft length {self.draft_len} out of range", where="--draft-len",
                                    hint="use 0..16 (0 disables drafting)")
         check_decoding_options(self)
+        if self.window_frames < N_FRAMES and self.audio_ctx != "full":
+            raise OptionError(f"chunk_length={self.chunk_length} and audio_ctx={self.audio_ctx!r} both set the "
+                              "window: chunk_length windows feed the full 30 s encoder input",
+                              where="chunk_length/audio_ctx", hint="use one of them (audio_ctx='full' with chunk_length)")
+
+    @property
+    def window_frames(self) -> int:
+        """Mel frames of audio one window decodes (faster-whisper's ``nb_max_frames``). The encoder
+        input stays ``N_FRAMES``: a shorter window's features are zero-padded to it, as
+        faster-whisper's ``pad_or_trim`` pads them, so only the windows' boundaries change."""
+        return N_FRAMES if self.chunk_length is None else self.chunk_length * FRAMES_PER_SECOND
 
     @property
     def thresholds(self) -> Thresholds:
@@ -533,7 +554,7 @@ class WhisperEngine:
                    policy=self.policy if opts.draft_len is None else FixedDraftLength(opts.draft_len),
                    language=opts.language, initial=initial,
                    guesser=self.guesser if self.learn else BigramGuesser(self.tokenizer),
-                   timestamps=opts.timestamps == "on" or (opts.timestamps == "auto" and n_content > N_FRAMES),
+                   timestamps=opts.timestamps == "on" or (opts.timestamps == "auto" and n_content > opts.window_frames),
                    language_source="token map" if mapped else "given" if opts.language else
                    ("detected" if self.tokenizer.multilingual else "english-only model"))
         run.n_content = n_content
@@ -576,7 +597,8 @@ class WhisperEngine:
 
     def _detect_language(self, run: _Run, waveform: np.ndarray, mel: np.ndarray, n_content: int) -> None:
         """The language of the first window(s) from the first clip on (faster-whisper's rule: the
-        first window whose likeliest language passes the threshold, else the most frequent)."""
+        first window whose likeliest language passes the threshold, else the most frequent; its
+        windows are ``window_frames`` long, as faster-whisper's ``nb_max_frames``)."""
         if not self.tokenizer.multilingual:
             run.language = "en"
             return
@@ -584,11 +606,12 @@ class WhisperEngine:
         first, first_end = seek_clips(run.opts.clip_timestamps, n_content)[0]
         first, first_end = (first, first_end) if first < n_content else (0, n_content)
         votes: dict[str, list[float]] = {}
+        window = run.opts.window_frames
         for i in range(run.opts.language_detection_segments):
-            start = first + i * N_FRAMES
+            start = first + i * window
             if i and start >= n_content:
                 break
-            end = min(start + N_FRAMES, first_end if i == 0 else n_content)
+            end = min(start + window, first_end if i == 0 else n_content)
             features = self._window_features(run, waveform, mel, start, end, silence_ok=True)
             t1 = time.perf_counter()
             encoder_output = self.lm.encode(features)
@@ -606,11 +629,13 @@ class WhisperEngine:
 
     def _transcribe_fixed(self, run: _Run, waveform: np.ndarray, mel: np.ndarray,
                           n_content: int) -> Iterator[WindowResult]:
-        """Back-to-back 30 s windows without timestamps (of each clip); the next window encodes
-        while one decodes, and independent windows decode in lockstep where ``batch_size`` asks."""
+        """Back-to-back windows (``window_frames``, 30 s by default) without timestamps (of each
+        clip); the next window encodes while one decodes, and independent windows decode in
+        lockstep where ``batch_size`` asks."""
         clips = seek_clips(run.opts.clip_timestamps, n_content) if run.ctx_frames == N_FRAMES else [(0, n_content)]
-        spans = [(start, min(start + N_FRAMES, end)) for begin, end in clips
-                 for start in range(begin, max(end, begin + 1), N_FRAMES) if start < max(end, 1)]
+        step = run.opts.window_frames
+        spans = [(start, min(start + step, end)) for begin, end in clips
+                 for start in range(begin, max(end, begin + 1), step) if start < max(end, 1)]
         progress = run.opts.progress
 
         def segment(index: int) -> np.ndarray | None:
@@ -701,16 +726,17 @@ class WhisperEngine:
     def _transcribe_seeking(self, run: _Run, waveform: np.ndarray, mel: np.ndarray,
                             n_content: int) -> Iterator[WindowResult]:
         """Windows decoded with timestamps, each starting where the last complete segment ended
-        (within each clip of ``clip_timestamps``).
+        (within each clip of ``clip_timestamps``); a window holds at most ``window_frames`` of audio.
 
         Where the next window starts is known only once this one is decoded, so nothing is
         encoded ahead."""
         progress = run.opts.progress
         clips = seek_clips(run.opts.clip_timestamps, n_content) if run.ctx_frames == N_FRAMES else [(0, n_content)]
         seek, index, end = 0, 0, n_content
+        length = run.opts.window_frames
 
         def segment(_index: int) -> np.ndarray | None:
-            return self._window_features(run, waveform, mel, seek, end)
+            return self._window_features(run, waveform, mel, seek, min(seek + length, end))
 
         with EncoderAhead(self.lm.encode, segment, 1, enabled=False) as ahead:
             for clip_start, clip_end in clips:
@@ -718,13 +744,13 @@ class WhisperEngine:
                 while seek < max(end, 1) and (seek < end or index == 0):
                     if progress:
                         progress(seek, n_content)
-                    window = self._transcribe_window(run, waveform, ahead, index, seek, min(seek + N_FRAMES, end))
+                    window = self._transcribe_window(run, waveform, ahead, index, seek, min(seek + length, end))
                     run.windows.append(window)
                     yield window
                     if run.ctx_frames < N_FRAMES:  # a short encoder window holds the whole (short) clip
                         return
                     seek = max(seek + 1, round(window.end_s * 100)) if window.numerics != "skipped" else \
-                        min(seek + N_FRAMES, end)
+                        min(seek + length, end)
                     index += 1
         if progress:
             progress(n_content, n_content)
@@ -829,7 +855,10 @@ class WhisperEngine:
         eot = self.tokenizer.special.eot
         emitted = [t for t in attempt.tokens if t != eot]
         if run.timestamps:
-            split = split_window(emitted, self.tokenizer.special.timestamp_begin, eot, start / 100, end_frame - start)
+            # faster-whisper seeks to a short window's last pair wherever it lies (see split_window)
+            limit = N_FRAMES if run.opts.window_frames < N_FRAMES else None
+            split = split_window(emitted, self.tokenizer.special.timestamp_begin, eot, start / 100, end_frame - start,
+                                 max_advance=limit)
             segments = [Segment(a, b, self.tokenizer.decode(part), list(tokens))
                         for a, b, part, tokens in split.segments]
             run.tail = split.tail
@@ -858,7 +887,7 @@ class WhisperEngine:
         """``hallucination_silence_threshold`` (``hallucination``): the segments kept, where the
         next window starts; the last speech is the last kept word's end."""
         cut = cut_hallucinations(segments, run.opts.hallucination_silence_threshold, start, end_frame,
-                                 run.n_content, last_speech)
+                                 run.n_content, last_speech, full_window_s=run.opts.window_frames / FRAMES_PER_SECOND)
         run.dropped = cut.drop
         kept = segments[:cut.kept]
         ends = [seg.words[-1].end for seg in kept if seg.words]

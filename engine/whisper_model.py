@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .audio import SAMPLE_RATE, load_audio
+from .decoding_options import check_chunk_length
 from .errors import OptionError, SpecWhisperError
 from .fallback import LADDER
 from .model_store import REGISTRY, resolve_model
@@ -147,10 +148,12 @@ class WhisperModel:
                    language_detection_segments: int = 1, **specwhisper_options) -> tuple[Iterator[Segment],
                                                                                            TranscriptionInfo]:
         """faster-whisper's ``transcribe``: a lazy generator of segments and the info (language
-        detected at once). ``specwhisper_options``: ``numerics``, ``speculation``, ``draft_len``,
-        ``seed``, ``audio_ctx``, ... (see ``TranscribeOptions``)."""
+        detected at once). ``chunk_length``: windows of at most that many seconds (1 to 30; their
+        features zero-padded to the encoder's 30 s, as faster-whisper does). ``specwhisper_options``:
+        ``numerics``, ``speculation``, ``draft_len``, ``seed``, ``audio_ctx``, ... (see ``TranscribeOptions``)."""
         local = dict(locals())
-        _reject_unsupported(chunk_length, hallucination_silence_threshold, word_timestamps)
+        check_chunk_length(chunk_length)  # before any work, even on empty audio
+        _warn_ignored(hallucination_silence_threshold, word_timestamps)
         language = _checked_language(self, language)
         fw = {k: local[k] for k in _FW_NAMES}
         waveform = _waveform(audio)
@@ -295,13 +298,8 @@ _FW_NAMES = ("beam_size", "best_of", "patience", "length_penalty", "repetition_p
              "language_detection_segments", "chunk_length", "vad_filter")
 
 
-def _reject_unsupported(chunk_length: int | None, hallucination_silence_threshold: float | None,
-                        word_timestamps: bool) -> None:
-    """Options we do not honour yet fail loudly instead of being ignored; one faster-whisper
-    ignores without word timings is said to be ignored."""
-    if chunk_length not in (None, 30):
-        raise SpecWhisperError(f"chunk_length={chunk_length} is not supported (windows are 30 s)",
-                               where="chunk_length", hint="leave it unset")
+def _warn_ignored(hallucination_silence_threshold: float | None, word_timestamps: bool) -> None:
+    """An option faster-whisper ignores without word timings is said to be ignored."""
     if hallucination_silence_threshold is not None and not word_timestamps:
         warnings.warn("hallucination_silence_threshold needs word_timestamps=True (as in faster-whisper, it has "
                       "no effect without word timings)", stacklevel=3)
@@ -336,7 +334,7 @@ def _waveform(audio) -> np.ndarray:
 
 
 def _engine_options(fw: dict, extra: dict, log_progress: bool) -> dict:
-    options = {k: v for k, v in fw.items() if k not in ("without_timestamps", "chunk_length", "vad_filter")}
+    options = {k: v for k, v in fw.items() if k not in ("without_timestamps", "vad_filter")}
     options["suppress_tokens"] = tuple(fw["suppress_tokens"]) if fw["suppress_tokens"] else None
     options["timestamps"] = "off" if fw["without_timestamps"] else "on"
     options["scores"] = True

@@ -7,6 +7,8 @@ The oracle is ``tests/fixtures/fw_facade_<kernel class>.json``, made in the peer
 .transcribe(path, language="en", beam_size=1, vad_filter=False)`` with faster-whisper's defaults
 otherwise (timestamps, condition_on_previous_text=True, the temperature ladder 0.0 ... 1.0), on the
 7 real sentence clips and the 2 long-form files, and jfk again with ``word_timestamps=True``.
+``chunk_length`` (10 and 20 s windows) has its own oracle, ``fw_chunk_length_<kernel class>.json``
+(``--only chunk``): the same call at ``temperature=0.0`` on jfk, a read clip and longform.flac.
 
 Ours runs the same call with ``encoder="ct2"`` (CTranslate2's own encoder, not the ONNX Runtime
 graph ``auto`` may pick) and ``numerics="single-row"``: a greedy window with timestamps then runs the
@@ -72,6 +74,18 @@ def fixture() -> dict:
 
 
 @pytest.fixture(scope="module")
+def chunk_fixture() -> dict:
+    from benchmarks.machine import kernel_class
+
+    path = FIXTURES / f"fw_chunk_length_{kernel_class()}.json"
+    if not path.is_file():
+        pytest.skip(f"no faster-whisper chunk_length fixture for this CPU: make {path.name} with "
+                    "python -m benchmarks.make_oracle_fixtures --only chunk (near-tie tokens differ by CPU "
+                    "vendor and vector ISA)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
 def model(base_int8_dir):
     """Ours, closest to faster-whisper's algorithms: CTranslate2's encoder; single-row per call."""
     from specwhisper import WhisperModel
@@ -103,7 +117,8 @@ def _transcribe(model, root: Path, run: dict, **ours) -> tuple[list[dict], objec
     return rows, info
 
 
-def _assert_segment_equal(ours: dict, theirs: dict, where: str, scores: bool = True) -> None:
+def _assert_segment_equal(ours: dict, theirs: dict, where: str, scores: bool = True,
+                          score_tol: float = SCORE_TOL) -> None:
     where = f"{where} segment {theirs['id']} (seek {theirs['seek']})"
     for key in ("id", "seek", "tokens", "text", "temperature"):
         assert ours[key] == theirs[key], f"{where}: {key} {ours[key]!r} != faster-whisper's {theirs[key]!r}"
@@ -112,13 +127,13 @@ def _assert_segment_equal(ours: dict, theirs: dict, where: str, scores: bool = T
     assert ours["compression_ratio"] == pytest.approx(theirs["compression_ratio"], rel=1e-9), where
     if scores:
         for key in ("avg_logprob", "no_speech_prob"):
-            assert abs(ours[key] - theirs[key]) <= SCORE_TOL, \
+            assert abs(ours[key] - theirs[key]) <= score_tol, \
                 f"{where}: {key} {ours[key]} vs faster-whisper's {theirs[key]}"
 
 
-def _assert_all_equal(ours: list[dict], theirs: list[dict], where: str) -> None:
+def _assert_all_equal(ours: list[dict], theirs: list[dict], where: str, score_tol: float = SCORE_TOL) -> None:
     for a, b in zip(ours, theirs):
-        _assert_segment_equal(a, b, where)
+        _assert_segment_equal(a, b, where, score_tol=score_tol)
     assert len(ours) == len(theirs), f"{where}: {len(ours)} segments, faster-whisper {len(theirs)}"
 
 
@@ -160,6 +175,43 @@ def test_longform_greedy_only_equals_faster_whisper(fixture, model, shared_data)
         run = _run(fixture, "longform")
     ours, _ = _transcribe(model, shared_data, run, numerics="single-row")
     _assert_all_equal(ours, run["segments"], "longform (temperature 0)")
+
+
+# (clip, options) of fw_chunk_length_*.json (benchmarks.make_oracle_fixtures.make_fw_chunk_length)
+CHUNK_RUNS = [(clip, {"chunk_length": length, "temperature": 0.0}) for clip in ("jfk", "1040-133433-0000")
+              for length in (10, 20)] + [
+    ("jfk", {"word_timestamps": True, "chunk_length": 10, "temperature": 0.0}),
+    ("1040-133433-0000", {"chunk_length": 10, "temperature": 0.0, "without_timestamps": True}),
+    ("longform", {"chunk_length": 10, "temperature": 0.0}),
+    ("longform", {"chunk_length": 20, "temperature": 0.0}),
+    ("longform", {"chunk_length": 10, "temperature": 0.0, "clip_timestamps": "5,37,60,75"})]
+_CHUNK_IDS = [f"{c}-{o['chunk_length']}s" + "".join(f"-{k}" for k in o if k not in ("chunk_length", "temperature"))
+              for c, o in CHUNK_RUNS]
+
+
+@pytest.mark.parametrize(("clip_id", "options"), CHUNK_RUNS, ids=_CHUNK_IDS)
+def test_chunk_length_equals_faster_whisper(clip_id, options, chunk_fixture, model, shared_data):
+    """``chunk_length`` (10 and 20 s windows, greedy): every segment's tokens, seek, start and end
+    as faster-whisper's, on jfk (11 s: two 10 s windows), a 14.6 s read clip (with timestamps and
+    without) and longform.flac (150 s; at 10 s, segments whose single closing timestamp lies past
+    the window's audio, in the encoder input's padding; and within clip_timestamps, whose clip ends
+    cut windows short); jfk's word timings too.
+
+    Without timestamps a single-row window runs the step API, not ``generate``, and its scores come
+    from the scoring pass (multi-row calls): int8 logits differ from generate's 1-row steps in their
+    last bits, 0.003 on this clip's avg_logprob (see test_whisper_model's
+    test_scores_match_ctranslate2_generate), so there scores are held to 1e-2; tokens and times exactly."""
+    run = _run(chunk_fixture, clip_id, **options)
+    ours, info = _transcribe(model, shared_data, run, numerics="single-row")
+    assert info.specwhisper["numerics"] == "single-row"
+    _assert_all_equal(ours, run["segments"], f"{clip_id} {options}",
+                      score_tol=1e-2 if options.get("without_timestamps") else SCORE_TOL)
+    if options.get("word_timestamps"):
+        words = [w for s in ours for w in s["words"]]
+        theirs = [w for s in run["segments"] for w in s["words"]]
+        assert [w["word"] for w in words] == [w["word"] for w in theirs]
+        gaps = [abs(a[k] - b[k]) for a, b in zip(words, theirs) for k in ("start", "end")]
+        assert statistics.median(gaps) <= WORD_MEDIAN_TOL, f"word times: median gap {statistics.median(gaps):.3f} s"
 
 
 @pytest.mark.full

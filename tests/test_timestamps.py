@@ -62,6 +62,11 @@ def test_split_window_keeps_complete_segments_and_seeks_to_the_last_pair():
     assert split.advance_frames == 1200 and [(a, b) for a, b, _, _ in split.segments] == [(5.0, 17.0)]
     stuck = [t(0), 1, t(0), t(0), 2]  # a pair at 0.00 would never advance
     assert split_window(stuck, TB, EOT, offset_s=0.0, window_frames=3000).advance_frames == 3000
+    # a window shorter than the encoder input (chunk_length) can pair timestamps past its content:
+    # kept within the window by default, followed wherever it lies with max_advance (faster-whisper)
+    past = [t(0), 1, t(0.3), t(0.3), 2]
+    assert split_window(past, TB, EOT, offset_s=0.0, window_frames=20).advance_frames == 20
+    assert split_window(past, TB, EOT, offset_s=0.0, window_frames=20, max_advance=3000).advance_frames == 30
 
 
 def _longform(shared_data) -> list[dict]:

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import load_manifest
 from specwhisper import BatchedInferencePipeline, WhisperModel, decode_audio, format_timestamp
-from specwhisper.errors import SpecWhisperError
+from specwhisper.errors import OptionError, SpecWhisperError
 
 JFK = (" And so my fellow Americans, ask not what your country can do for you, ask what you can do for your "
        "country.")
@@ -218,10 +218,65 @@ def test_bad_input_gets_clear_errors(model, jfk_path):
         model.transcribe(jfk_path, vad_filter=True, vad_parameters={"min_silence": 10})
     with pytest.raises(ValueError, match="not a valid language"):
         model.transcribe(jfk_path, language="xx")
-    with pytest.raises(SpecWhisperError, match="not supported"):
-        model.transcribe(jfk_path, chunk_length=15)
     with pytest.raises(SpecWhisperError, match="not found"):
         model.transcribe("/nonexistent.flac")
+
+
+@pytest.mark.parametrize("bad", [0, -5, 31, 40, 10.0, 10.5, "10", True])
+def test_chunk_length_outside_whole_seconds_1_to_30_is_a_clear_error(model, jfk_path, bad):
+    """faster-whisper 1.2.1 hangs (0), repeats its first segment forever (negative), raises a
+    TypeError deep in its loop (any float) or skips audio (above 30: the encoder sees 30 s, seek
+    moves by the whole length); ours refuses each at the call, on empty audio too."""
+    for audio in (jfk_path, np.zeros(0, np.float32)):
+        with pytest.raises(OptionError, match="chunk_length must be whole seconds from 1 to 30"):
+            model.transcribe(audio, chunk_length=bad)
+
+
+def test_chunk_length_conflicts_are_clear_errors(model, jfk_path):
+    with pytest.raises(OptionError, match="audio_ctx"):  # both would set the window
+        model.transcribe(jfk_path, chunk_length=10, audio_ctx="auto")
+    with pytest.raises(OptionError, match="chunk_length is not an option of a live stream"):
+        model.engine.stream(chunk_length=10)
+
+
+@pytest.fixture(scope="module")
+def read_clip(shared_data) -> str:
+    """A 14.6 s LibriSpeech read clip: two windows at chunk_length=10."""
+    return str(shared_data / "read" / "audio" / "librispeech_train-clean-100_1040-133433-0000.flac")
+
+
+def test_chunk_length_windows_speculate_exactly(model, read_clip):
+    """``chunk_length=10``: windows of 10 s, and the tokens with speculation (prompt lookup, the
+    facade's default) equal those without, in the same numerics; a numpy integer is taken too."""
+    kw = dict(beam_size=1, language="en", temperature=0.0, numerics="batch-invariant")
+    drafted, info = model.transcribe(read_clip, chunk_length=np.int64(10), **kw)
+    drafted = list(drafted)
+    assert info.specwhisper["stats"]["verify_calls"] > 0  # drafts were verified
+    assert {s.seek for s in drafted} == {0, 1000} and drafted[-1].end >= 14
+    assert all(s.start < s.seek / 100 + 10 for s in drafted)  # each segment starts inside its window
+    plain, _ = model.transcribe(read_clip, chunk_length=10, speculation=False, **kw)
+    plain = list(plain)
+    assert [(s.seek, s.start, s.end, s.tokens) for s in drafted] == [(s.seek, s.start, s.end, s.tokens) for s in plain]
+
+
+@pytest.mark.parametrize("timestamps", ["on", "off"])
+def test_chunk_length_is_exact_under_an_adversarial_drafter(model, read_clip, timestamps):
+    """The engine with random ids (out-of-vocabulary ones too) drafted before prompt lookup:
+    ``chunk_length=10`` windows keep the tokens of ``--no-speculation``, window for window."""
+    from adversarial import RandomIds
+    from specwhisper import WhisperEngine
+
+    lm = model.engine.lm
+    engine = WhisperEngine(loaded=lm, drafters=[RandomIds(11, lm.vocab_size)])
+    kw = dict(language="en", chunk_length=10, numerics="batch-invariant", timestamps=timestamps,
+              condition_on_previous_text=True)
+    drafted = engine.transcribe(read_clip, **kw)
+    plain = engine.transcribe(read_clip, speculation=False, **kw)
+    assert drafted.stats["drafted"] > 0 and drafted.numerics == plain.numerics == "batch-invariant"
+    starts = [w.start_s for w in drafted.windows]
+    assert starts == [w.start_s for w in plain.windows]
+    assert starts == [0.0, 10.0] if timestamps == "off" else (len(starts) >= 2 and 0 < starts[1] <= 10.0)
+    assert [w.tokens for w in drafted.windows] == [w.tokens for w in plain.windows]
 
 
 def test_format_timestamp():
