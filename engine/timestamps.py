@@ -116,7 +116,12 @@ def split_window(tokens: Sequence[int], timestamp_begin: int, eot: int, offset_s
     pairs = [i for i in range(1, len(tokens)) if is_ts[i] and is_ts[i - 1]]
     single_ending = len(tokens) >= 2 and is_ts[-1] and not is_ts[-2]
     if not pairs:
-        segments = [segment(tokens)] if any(t < eot for t in tokens) else []
+        # Whisper's (and faster-whisper's) rule for a window without a pair: one segment from the
+        # window's start to its last timestamp, or to the window's end where there is none or it is 0.00
+        stamps = [t for t in tokens if t >= tb]
+        end = seconds(stamps[-1]) if stamps and stamps[-1] != tb else offset_s + window_frames / 100
+        text = [t for t in tokens if t < eot]
+        segments = [(offset_s, max(offset_s, end), text, list(tokens))] if text else []
         return WindowSplit(segments, list(tokens), window_frames, [], single_ending)
     cuts = pairs + ([len(tokens)] if single_ending else [])
     segments, begin = [], 0

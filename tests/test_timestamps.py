@@ -60,6 +60,13 @@ def test_split_window_keeps_complete_segments_and_seeks_to_the_last_pair():
     open_end = [t(0), 1, 2]  # no pair at all: one segment to the end of the window's content
     split = split_window(open_end, TB, EOT, offset_s=5.0, window_frames=1200)
     assert split.advance_frames == 1200 and [(a, b) for a, b, _, _ in split.segments] == [(5.0, 17.0)]
+    # without a pair, Whisper and faster-whisper start the segment at the window's start and end it
+    # at the last timestamp (not at the first timestamp, nor at the window's end)
+    late = [t(1.0), 1, 2, t(4.0)]
+    split = split_window(late, TB, EOT, offset_s=52.0, window_frames=1000)
+    assert [(round(a, 2), round(b, 2)) for a, b, _, _ in split.segments] == [(52.0, 56.0)]
+    one = [t(1.0), 1, 2]  # its only timestamp is the last one
+    assert [(round(a, 2), round(b, 2)) for a, b, _, _ in split_window(one, TB, EOT, 52.0, 1000).segments] == [(52.0, 53.0)]
     stuck = [t(0), 1, t(0), t(0), 2]  # a pair at 0.00 would never advance
     assert split_window(stuck, TB, EOT, offset_s=0.0, window_frames=3000).advance_frames == 3000
     # a window shorter than the encoder input (chunk_length) can pair timestamps past its content:
