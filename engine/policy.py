@@ -299,15 +299,16 @@ def draft_model_expected_speedup(accept_by_pos: list[float], k: int, main_step_m
     break-even, so the policy must refuse it there.
 
     ``parallel``: the draft model decodes ahead on a core of its own (``DraftAhead``) while the
-    main model verifies, so a round costs the slower of the two, ``max(k * r, c)``, and the
-    break-even rule becomes ``E(k) > max(k * r, c(k + 1))``: with r ~ 0.45 and c(5) ~ 1.3 a
-    draft model pays from about 35 % acceptance per position on.
+    main model verifies, so a round costs the slower of the two. Ahead, the draft model must
+    decode every token a round emits (``E(k)`` of them) to stay ahead: a round costs
+    ``max(E(k) * r, c(k + 1))``. (Priced at ``k * r``, a model whose step is half the main
+    round's was expected to keep 3 drafts ready; it kept 1.17 a round on the LJ passage.)
     """
     if k <= 0 or main_step_ms <= 0:
         return 1.0
     e = expected_tokens(accept_by_pos or [0.0], k)
-    drafting, verifying = k * draft_step_ms / main_step_ms, verify_cost(max(k + 1, row_floor))
-    rounds = max(drafting, verifying) if parallel else drafting + verifying
+    verifying = verify_cost(max(k + 1, row_floor))
+    rounds = max(e * draft_step_ms / main_step_ms, verifying) if parallel else k * draft_step_ms / main_step_ms + verifying
     return e / (rounds + e * overhead_ms_per_token / main_step_ms)
 
 

@@ -353,7 +353,8 @@ def test_policy_prices_a_draft_model_ahead_by_the_slower_of_two(base_engine):
     serial = draft_model_expected_speedup([0.9] * 4, 4, 7.5, 3.5, cost, 3)
     parallel = draft_model_expected_speedup([0.9] * 4, 4, 7.5, 3.5, cost, 3, parallel=True)
     e = 0.9 + 0.81 + 0.729 + 0.6561 + 1
-    assert parallel == pytest.approx(e / max(4 * 3.5 / 7.5, 1.3)) and serial == pytest.approx(e / (4 * 3.5 / 7.5 + 1.3))
+    # ahead, the draft model decodes every token a round emits (E of them), not only the k it drafts
+    assert parallel == pytest.approx(e / max(e * 3.5 / 7.5, 1.3)) and serial == pytest.approx(e / (4 * 3.5 / 7.5 + 1.3))
     assert parallel > 1.5 > serial
 
 
@@ -448,3 +449,38 @@ def test_broken_stored_map_is_rebuilt_with_a_warning(base_model_dir, tiny_model_
         draft = load_draft_model(tiny_model_dir, main)
     ids = main.encode(SAMPLES[1])
     assert draft.remap.to_draft(ids)[0] == tokenizers[1].encode(SAMPLES[1])
+
+
+def test_a_draft_model_must_beat_the_window_without_it_and_a_refused_one_leaves_the_wide_calls(
+        base_model_dir, tiny_model_dir, shared_data, monkeypatch):
+    """A draft model is weighed against what the window gets without it (the invariant decoder's
+    own calls, the other drafters), with its window's calls priced on one thread (its thread takes
+    the core the wide calls use); a window that refuses it decodes with the wide calls."""
+    from specwhisper import WhisperEngine, verifier
+    from specwhisper.audio import load_audio
+
+    engine = WhisperEngine(base_model_dir, threads=2, draft_model=tiny_model_dir)
+    if engine.draft_drafter is None or engine.selftest_result is None or not engine.selftest_result.preferred:
+        pytest.skip("the invariant decoder is not preferred on this machine: no window-without alternative to weigh")
+    try:
+        wide_asked: list[bool] = []
+        original = verifier.DecoderSession.__init__
+
+        def recording(self, *args, wide=None, **kwargs):
+            wide_asked.append(wide is not None and wide())
+            original(self, *args, wide=wide, **kwargs)
+
+        monkeypatch.setattr(verifier.DecoderSession, "__init__", recording)
+        monkeypatch.setattr(engine.draft_drafter, "worth_running", lambda *a, **k: (False, 2, "refused (test)"))
+        audio = load_audio(shared_data / "longform" / "longform.flac")[:16000 * 45]
+        result = engine.transcribe(audio, language="en")
+        assert all(w.numerics == "batch-invariant" for w in result.windows)
+        assert wide_asked and all(wide_asked) == bool(engine.selftest_result.wide)
+        assert engine.draft_drafter.stats.proposals == 0
+        # the margin it must pass: at least the plain invariant decoder's speedup over single-row
+        margin = engine._without_draft_model(engine.policy, engine.selftest_result)
+        assert margin >= max(1.0 / engine.verify_cost(1), 1.0)
+        if engine.selftest_result.wide:  # one-thread calls cost more than the wide ones the margin assumes
+            assert engine._draft_window_cost(2) > engine.verify_cost(2)
+    finally:
+        engine.close()
