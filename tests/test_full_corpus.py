@@ -1,5 +1,5 @@
 """Every single-window clip of every shared set: base, tiny.en, and base with batch-invariant windows
-pinned to the fork's own kernels (``pytest -m full``, about 55 minutes).
+pinned to the fork's own kernels (``pytest -m full``, about 50 minutes).
 
 Per clip, one encoder pass serves all checks: single-row tokens equal the fork's ``generate``,
 and speculation with adversarial drafters equals the no-speculation oracle in batch-invariant
@@ -8,8 +8,8 @@ a clip, in rotation: flipped and overlong oracle, random and out-of-vocabulary i
 early end-of-text). base and tiny.en decode batch-invariant windows where the engine's ``auto`` puts
 them (the invariant decoder on this project's AVX-512 EPYC; the two took 29 min together here);
 ``base-fork-kernels`` runs the speculation checks again on the fork's kernels (``batch_decoder="ct2"``,
-skipped where they have no row floor) on base's encoder outputs: about base's share, an estimated
-20 min. Multi-window files (long-form) go through ``transcribe`` with prompt lookup.
+skipped where they have no row floor) on base's encoder outputs: 18 min run alone here.
+Multi-window files (long-form) go through ``transcribe`` with prompt lookup.
 The draft model running ahead on its own thread (tiny.en for base) is checked on every English
 clip and on the long-form files, where its timing differs from run to run but the tokens must not.
 """

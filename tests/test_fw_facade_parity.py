@@ -61,28 +61,26 @@ SCORE_TOL = 1e-4
 WORD_MEDIAN_TOL = 0.02
 
 
-@pytest.fixture(scope="module")
-def fixture() -> dict:
+def _load_fixture(name: str, only: str) -> dict:
+    """This CPU kind's faster-whisper fixture ``fw_<name>_<kind>.json``, or a skip saying how to make it."""
     from benchmarks.machine import kernel_class
 
-    path = FIXTURES / f"fw_facade_{kernel_class()}.json"
+    path = FIXTURES / f"fw_{name}_{kernel_class()}.json"
     if not path.is_file():
-        pytest.skip(f"no faster-whisper facade fixture for this CPU: make {path.name} with "
-                    "python -m benchmarks.make_oracle_fixtures --only facade (near-tie tokens differ by CPU "
+        pytest.skip(f"no faster-whisper {name} fixture for this CPU: make {path.name} with "
+                    f"python -m benchmarks.make_oracle_fixtures --only {only} (near-tie tokens differ by CPU "
                     "vendor and vector ISA)")
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def fixture() -> dict:
+    return _load_fixture("facade", "facade")
 
 
 @pytest.fixture(scope="module")
 def chunk_fixture() -> dict:
-    from benchmarks.machine import kernel_class
-
-    path = FIXTURES / f"fw_chunk_length_{kernel_class()}.json"
-    if not path.is_file():
-        pytest.skip(f"no faster-whisper chunk_length fixture for this CPU: make {path.name} with "
-                    "python -m benchmarks.make_oracle_fixtures --only chunk (near-tie tokens differ by CPU "
-                    "vendor and vector ISA)")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return _load_fixture("chunk_length", "chunk")
 
 
 @pytest.fixture(scope="module")
