@@ -997,7 +997,7 @@ class WhisperEngine:
         if draft is not None:
             draft.enabled = False
             if chain:
-                without = self._without_draft_model(policy, check)
+                without = self._without_draft_model(expected, check)
                 ok, k, why = draft.worth_running(self._main_step_ms, self._draft_window_cost, self.row_floor or 2,
                                                  tokens_per_window=min(self._window_tokens, 2.0 + 4.0 * window_s),
                                                  margin=without)
@@ -1025,11 +1025,10 @@ class WhisperEngine:
         measured = self.lm.call_costs(result=replace(check, wide=False))
         return VerifyCost(measured) if measured else self.verify_cost
 
-    def _without_draft_model(self, policy, check: SelfTestResult | None) -> float:
+    def _without_draft_model(self, expected: float, check: SelfTestResult | None) -> float:
         """The speedup over single-row greedy a window is expected to get without the draft model:
-        the other drafters' (the policy's estimate), and where every window decodes on the invariant
-        decoder anyway, at least its plain 1-row calls' (``1 / c(1)``, wide prices)."""
-        expected = policy.expected_speedup()
+        the other drafters' (``expected``, the policy's estimate), and where every window decodes on
+        the invariant decoder anyway, at least its plain 1-row calls' (``1 / c(1)``, wide prices)."""
         alternative = expected if math.isfinite(expected) else 0.0
         if check is not None and check.preferred:
             alternative = max(alternative, 1.0 / self.verify_cost(1))

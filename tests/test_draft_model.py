@@ -478,7 +478,7 @@ def test_a_draft_model_must_beat_the_window_without_it_and_a_refused_one_leaves_
         assert wide_asked and all(wide_asked) == bool(engine.selftest_result.wide)
         assert engine.draft_drafter.stats.proposals == 0
         # the margin it must pass: at least the plain invariant decoder's speedup over single-row
-        margin = engine._without_draft_model(engine.policy, engine.selftest_result)
+        margin = engine._without_draft_model(engine.policy.expected_speedup(), engine.selftest_result)
         assert margin >= max(1.0 / engine.verify_cost(1), 1.0)
         if engine.selftest_result.wide:  # one-thread calls cost more than the wide ones the margin assumes
             assert engine._draft_window_cost(2) > engine.verify_cost(2)

@@ -86,27 +86,26 @@ def record_windows(drafter) -> list[WindowLog]:
     return logs
 
 
-def forced_agreement(drafter, log: WindowLog, timestamp_begin: int) -> dict[str, list[int]]:
+def forced_agreement(drafter, log: WindowLog, main_eot: int) -> dict[str, list[int]]:
     """[hits, positions] per kind of main-model token, the draft model fed the main model's tokens."""
-    from specwhisper.backend import to_host
-    from specwhisper.drafters.draft_model import draft_encoder_input
+    from specwhisper.drafters.draft_cost import DraftModelStats
+    from specwhisper.drafters.draft_decoder import DraftDecoder, draft_encoder_input
 
     lm, remap = drafter.lm, drafter.remap
     counts = {"all": [0, 0], "timestamp": [0, 0], "word start": [0, 0], "inner piece": [0, 0], "eot": [0, 0]}
     prompt = remap.prompt_to_draft(log.prompt)
     if prompt is None:
         return counts
-    main = [*log.tokens, drafter._eot_main]
+    main = [*log.tokens, main_eot]
     target, n = remap.to_draft(main)
     if n < len(main):
         return counts
-    encoder_output = lm.encode(draft_encoder_input(log.audio, lm.n_mels))
-    state, logits = lm.decoder.prefill(encoder_output, prompt)
-    scores = to_host(logits).reshape(-1).astype(np.float32, copy=True)
-    scores[sorted(set(lm.suppress) | set(lm.suppress_begin))] = -np.inf
-    preds = [int(scores.argmax())]
+    dec = DraftDecoder(lm, DraftModelStats())  # the drafter's own prefill and first-token rule
+    dec.start(lm.encode(draft_encoder_input(log.audio, lm.n_mels)), prompt)
+    preds = [dec.first]
     if len(target) > 1:
-        preds += [int(p) for p in lm.decoder.forward_batch_greedy(state, target[:-1], lm.suppress)]
+        preds += [int(p) for p in lm.decoder.forward_batch_greedy(dec.state, target[:-1], lm.suppress)]
+    dec.close()
     pieces = remap._to_draft.dst.piece_bytes if not remap.identical else None
     eot = lm.tokenizer.special.eot
     draft_ts = lm.tokenizer.special.timestamp_begin
@@ -144,8 +143,7 @@ def study(recs: list[Recording], threads: int) -> dict:
     rows = []
     with WhisperEngine("base", threads=threads, draft_model="tiny.en") as engine:
         drafter = engine.draft_drafter
-        drafter._eot_main = engine.tokenizer.special.eot
-        ts_main = engine.tokenizer.special.timestamp_begin
+        main_eot = engine.tokenizer.special.eot
         logs = record_windows(drafter)
         decisions: list[tuple[bool, int, str]] = []
         worth = drafter.worth_running
@@ -168,7 +166,7 @@ def study(recs: list[Recording], threads: int) -> dict:
                 windows = list(logs)
                 forced = {k: [0, 0] for k in ("all", "timestamp", "word start", "inner piece", "eot")}
                 for log in windows:
-                    for key, (hit, n) in forced_agreement(drafter, log, ts_main).items():
+                    for key, (hit, n) in forced_agreement(drafter, log, main_eot).items():
                         forced[key][0] += hit
                         forced[key][1] += n
                 tiny_text = tiny.transcribe(rec.audio, language="en").text
