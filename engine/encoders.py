@@ -23,6 +23,7 @@ from typing import Protocol
 import numpy as np
 
 from .errors import ModelError
+from .ort_session import cpu_session_options
 
 ENCODERS = ("auto", "ct2", "onnx")
 CHOICE_VERSION = 1  # part of the cached choice's key
@@ -68,13 +69,9 @@ class OnnxEncoder:
         self.path = graph_path(model_dir, precision)
         if not self.path.is_file():
             _build(model_dir, precision, self.path)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        # Idle pool threads would spin on the cores that the decoder (encoding runs ahead, beside it) needs.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            self._session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+            self._session = ort.InferenceSession(str(self.path), cpu_session_options(ort, threads),
+                                                 providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own types; a damaged cached file is rebuilt next time
             self.path.unlink(missing_ok=True)
             raise ModelError(f"ONNX Runtime cannot load the encoder graph: {exc}", where=str(self.path),

@@ -12,6 +12,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .blas_threads import single_thread_blas
+
 N_FFT = 400
 HOP_LENGTH = 160
 SAMPLE_RATE = 16000
@@ -65,7 +67,9 @@ def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, padding: int = HOP_
         )
         spectrum = np.fft.rfft(frames * window, axis=-1).astype(np.complex64)
         power = (np.abs(spectrum) ** 2).T
-        log_spec[:, first:first + count] = np.log10(np.maximum(filters @ power, 1e-10))
+        with single_thread_blas():  # see blas_threads: the encoder runs next, on every core
+            product = filters @ power
+        log_spec[:, first:first + count] = np.log10(np.maximum(product, 1e-10))
     log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
     return ((log_spec + 4.0) / 4.0).astype(np.float32)
 

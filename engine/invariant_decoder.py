@@ -15,6 +15,7 @@ import numpy as np
 
 from .errors import ModelError
 from .invariant_graph import DecoderShape, build_graphs
+from .ort_session import cpu_session_options
 
 
 def _ort():
@@ -80,14 +81,8 @@ class InvariantDecoder:
         cross, step, self.shape = build_graphs(model_dir, precision)
 
         def session(graph: bytes, n_threads: int):
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = n_threads
-            options.inter_op_num_threads = 1
-            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            # Idle pool threads sleep instead of spinning: a spinning thread of the 2-thread sessions
-            # took a core from the encoder and from the next 1-thread call (commands: 1.4x slower).
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+            return ort.InferenceSession(graph, cpu_session_options(ort, n_threads, sequential=True),
+                                        providers=["CPUExecutionProvider"])
 
         try:
             self._cross = session(cross, cross_threads or threads)

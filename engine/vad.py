@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .errors import SpecWhisperError
+from .ort_session import cpu_session_options
 
 FRAME = 512  # samples per model step at 16 kHz
 CONTEXT = 64  # samples of the previous frame that the model sees before each frame
@@ -205,9 +206,8 @@ class SileroVADModel:
         except ImportError as exc:
             raise SpecWhisperError("vad_filter needs onnxruntime", where="vad_filter=True",
                                    hint="pip install onnxruntime") from exc
-        opts = onnxruntime.SessionOptions()
-        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-        opts.log_severity_level = 4  # the stock file has unused initialisers that ORT warns about
+        # 1 thread; quiet: the stock file has unused initialisers that ORT warns about
+        opts = cpu_session_options(onnxruntime, 1, quiet=True)
         try:
             self.session = onnxruntime.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         except Exception as exc:  # ONNX Runtime's own errors: a damaged or foreign file
@@ -251,10 +251,7 @@ class SileroVADModel:
 
             try:
                 model = sequence_graph(self.path)
-                opts = onnxruntime.SessionOptions()
-                opts.intra_op_num_threads, opts.inter_op_num_threads = min(2, os.cpu_count() or 1), 1
-                opts.log_severity_level = 4
-                opts.add_session_config_entry("session.intra_op.allow_spinning", "0")  # the encoder runs next
+                opts = cpu_session_options(onnxruntime, min(2, os.cpu_count() or 1), quiet=True)
                 self._whole = onnxruntime.InferenceSession(model.SerializeToString(), opts,
                                                            providers=["CPUExecutionProvider"])
             except Exception:  # a layout the rearrangement does not know: the frame-by-frame loop serves

@@ -1,0 +1,57 @@
+"""Run numpy's BLAS on the calling thread only, for the one matrix product the engine does in numpy.
+
+Why: OpenBLAS (numpy's BLAS on Linux wheels) splits even the small mel-filterbank product over
+every core, and its worker threads then spin for about 0.1 s waiting for more work. That spin took
+a core from the encoder, which starts right after the features (base, a 10 s window: 153 ms
+instead of 112 here). One thread gives the same bits (OpenBLAS splits a product by output
+blocks, not along the sum; checked bitwise for 500-6000 frames) and the product takes 1-3 ms.
+
+OpenBLAS 0.3.27+ has a per-thread setting (``openblas_set_num_threads_local``), so other threads
+of the user's program keep their BLAS threads. Where it is missing (another BLAS, an older
+OpenBLAS) nothing changes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_lock = threading.Lock()
+_setters: list | None = None  # the local thread-count setters of the loaded BLAS libraries
+
+
+def _local_setters() -> list:
+    """``openblas_set_num_threads_local`` of every OpenBLAS mapped into this process (numpy's)."""
+    global _setters
+    with _lock:
+        if _setters is None:
+            import numpy  # noqa: F401  (numpy's BLAS must be loaded to be found)
+
+            _setters = []
+            try:
+                with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+                    paths = sorted({line.split()[-1] for line in maps if "openblas" in line and ".so" in line})
+            except OSError:
+                paths = []
+            for path in paths:
+                try:
+                    setter = ctypes.CDLL(path).openblas_set_num_threads_local
+                except (OSError, AttributeError):
+                    continue
+                setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
+                _setters.append(setter)
+        return _setters
+
+
+@contextmanager
+def single_thread_blas() -> Iterator[None]:
+    """numpy's BLAS calls made by this thread inside the block run on this thread alone."""
+    setters = _local_setters()
+    previous = [setter(1) for setter in setters]
+    try:
+        yield
+    finally:
+        for setter, value in zip(setters, previous):
+            setter(value)
