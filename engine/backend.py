@@ -83,6 +83,7 @@ class SelfTestResult:
     ct2_diffs: dict | None = None
     preferred: bool = False
     wide: bool = False  # the invariant decoder's rows are the same bits on its wide (2-thread) session
+    graph: str = ""  # the invariant decoder's step graph that passed (``invariant_graph.GRAPHS``)
 
     @property
     def contract(self) -> str:
@@ -91,7 +92,8 @@ class SelfTestResult:
             return "none: no decoder gave bitwise invariant rows here (speculation off)"
         if self.decoder == "invariant":
             return (f"bitwise: ONNX Runtime invariant decoder, calls of {self.row_floor}..{self.row_ceiling} rows "
-                    "(row-wise quantization and attention of fixed length)"
+                    "(row-wise quantization and attention of fixed length"
+                    + (f"; {self.graph} step graph)" if self.graph else ")")
                     + ("; every window, its 1-row step being faster than CTranslate2's here" if self.preferred else "")
                     + ("; rows alike on its 1- and 2-thread sessions (a window alone on the CPU runs on 2)"
                        if self.wide else ""))
@@ -230,8 +232,11 @@ class LoadedModel:
         key = f"v6|{self._selftest_key()}|{self.batch_decoder_choice}|{_ort_version()}|{encoder_frames}"
         if use_cache:
             try:
-                self._selftests[encoder_frames] = SelfTestResult(**cache_get(key))
-                return self._selftests[encoder_frames]
+                cached = SelfTestResult(**cache_get(key))
+                if cached.decoder == "invariant" and cached.graph:
+                    self.invariant_decoder(cached.graph)
+                self._selftests[encoder_frames] = cached
+                return cached
             except TypeError:  # absent, or written by another version: measure again
                 pass
         result, measured = None, True
@@ -281,14 +286,18 @@ class LoadedModel:
             return self.decoder
         return self.batch_decoder(self._selftests.get(encoder_frames))
 
-    def invariant_decoder(self):
-        """The ONNX Runtime decoder of this model (built on first use; see ``invariant_graph``)."""
-        if self._invariant is None:
+    def invariant_decoder(self, graph: str | None = None):
+        """The ONNX Runtime decoder of this model (built on first use; see ``invariant_graph``);
+        ``graph``: the step graph wanted (default: the one built, else ``paired``), built anew if
+        another one was. The self-test decides it once per machine: both graphs are exact
+        within themselves, so the choice must not change between windows (it is a kernel property,
+        the same for every encoder length)."""
+        if self._invariant is None or (graph is not None and self._invariant.graph != graph):
             from .invariant_decoder import InvariantDecoder
 
             precision = "int8" if self.compute_type.startswith("int8") else "float32"
             self._invariant = InvariantDecoder(self.model_dir, threads=self.decoder_threads, precision=precision,
-                                               cross_threads=self.threads)
+                                               cross_threads=self.threads, graph=graph or "paired")
         return self._invariant
 
     def _run_invariant_selftest(self, key: str, encoder_frames: int) -> SelfTestResult:
@@ -299,11 +308,22 @@ class LoadedModel:
         if self.device != "cpu" or not (self.compute_type.startswith("int8") or self.compute_type == "float32"):
             return SelfTestResult(None, None, False, {"invariant": f"not for {self.device} {self.compute_type}"},
                                   time.perf_counter() - t0, key, decoder="invariant")
-        try:
-            model = self.invariant_decoder()
-        except ModelError as exc:
-            return SelfTestResult(None, None, False, {"invariant": exc.what}, time.perf_counter() - t0, key,
-                                  decoder="invariant")
+        from .invariant_graph import GRAPHS
+
+        result = None
+        for graph in GRAPHS:  # the faster graph first; the row-wise one where its rows are not invariant here
+            try:
+                model = self.invariant_decoder(graph)
+            except ModelError as exc:  # e.g. an onnxruntime without 8-bit MatMulNBits
+                result = SelfTestResult(None, None, False, {"invariant": exc.what}, time.perf_counter() - t0, key,
+                                        decoder="invariant")
+                continue
+            result = self._compare_invariant_rows(model, key, encoder_frames, t0)
+            if result.row_floor is not None:
+                break
+        return result
+
+    def _compare_invariant_rows(self, model, key: str, encoder_frames: int, t0: float) -> SelfTestResult:
         diffs, wide = {}, {}
         for speech in (False, True):
             run, n = self._selftest_runner(encoder_frames, model, speech=speech)
@@ -316,7 +336,7 @@ class LoadedModel:
         ok = all(d == 0.0 for d in diffs.values())
         return SelfTestResult(1 if ok else None, 17 if ok else None, False, {**diffs, **wide},
                               time.perf_counter() - t0, key, decoder="invariant",
-                              wide=ok and all(d == 0.0 for d in wide.values()))
+                              wide=ok and all(d == 0.0 for d in wide.values()), graph=model.graph)
 
     def call_costs(self, *, use_cache: bool = True, result: SelfTestResult | None = None) -> dict[int, float] | None:
         """Relative cost of one decoder call by rows (1 row = 1.0), measured once and cached.

@@ -71,14 +71,17 @@ class InvariantDecoder:
 
     rewinds_to_start = True  # a state truncates to step 0 (the fork's keeps at least one position)
 
-    def __init__(self, model_dir: Path, threads: int = 1, precision: str = "int8", cross_threads: int | None = None) -> None:
+    def __init__(self, model_dir: Path, threads: int = 1, precision: str = "int8", cross_threads: int | None = None,
+                 graph: str = "paired") -> None:
         """``threads``: intra-op threads of the decoder's calls; ``cross_threads``: of the once-a-window
         cross-attention keys and values, the prompt's prefill (large GEMMs, like the encoder's;
         default ``threads``), and of a window's calls while nothing else runs beside them (``wide``:
         a 1-row step took 4.4 ms on 2 threads against 6.5 on 1 here). Whether a row comes out the
-        same bits on either thread count is the self-test's to check (``backend``)."""
+        same bits on either thread count is the self-test's to check (``backend``). ``graph``: see
+        ``invariant_graph.build_graphs``."""
         ort = _ort()
-        cross, step, self.shape = build_graphs(model_dir, precision)
+        cross, step, self.shape = build_graphs(model_dir, precision, graph)
+        self.graph = graph
 
         def session(graph: bytes, n_threads: int):
             return ort.InferenceSession(graph, cpu_session_options(ort, n_threads, sequential=True),

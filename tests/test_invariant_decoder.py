@@ -55,14 +55,15 @@ def _logits_by_pattern(decoder, encoder_output, prompt, tokens, chunks):
     return np.concatenate(out)
 
 
-@pytest.mark.parametrize("precision", ["int8", "float32"])
-def test_rows_are_bitwise_alike_in_any_call(precision, base_model_dir, base_engine, shared_data):
-    """A token's logits do not depend on the call it is in: 1-row steps vs random calls of 1..17 rows."""
+@pytest.mark.parametrize("precision,graph", [("int8", "paired"), ("int8", "rowwise"), ("float32", "paired")])
+def test_rows_are_bitwise_alike_in_any_call(precision, graph, base_model_dir, base_engine, shared_data):
+    """A token's logits do not depend on the call it is in: 1-row steps vs random calls of 1..17 rows
+    (odd ones too: the paired graph's linears pad them to row pairs)."""
     from specwhisper.invariant_decoder import InvariantDecoder
     from specwhisper.model_store import resolve_model
 
     model_dir = resolve_model("base", prefer_int8=precision == "int8") if precision == "int8" else base_model_dir
-    decoder = InvariantDecoder(model_dir, threads=1, precision=precision)
+    decoder = InvariantDecoder(model_dir, threads=1, precision=precision, graph=graph)
     enc, _ = encode_clip(base_engine, str(shared_data / "real/audio/jfk.flac"))
     prompt = base_engine.tokenizer.sot_sequence("en")
     state, first = decoder.prefill(enc, prompt)
@@ -78,6 +79,33 @@ def test_rows_are_bitwise_alike_in_any_call(precision, base_model_dir, base_engi
             chunks.append(min(left, int(rng.integers(1, 18))))
             left -= chunks[-1]
         assert np.array_equal(_logits_by_pattern(decoder, enc, prompt, tokens, chunks), reference), chunks
+
+
+def test_self_test_falls_back_to_the_rowwise_graph_where_pairs_are_not_invariant(tiny_model_dir, monkeypatch,
+                                                                                  tmp_path):
+    """The paired graph's rows are invariant only as row pairs (its kernels compute a lone last row
+    another way). Built without the padding, its odd calls differ: the self-test must see that,
+    take the row-wise graph, record it, and a later load must build that graph from the cache."""
+    from specwhisper import WhisperEngine
+    from specwhisper.onnx_build import GraphBuilder
+
+    def pairs_unpadded(self, x):  # odd row counts reach MatMulNBits as they are
+        self.paired = (self.const(np.zeros(4, np.int64)), self.op("Shape", [x], start=0, end=1))
+
+    padded = GraphBuilder.pair_rows
+    monkeypatch.setattr(GraphBuilder, "pair_rows", pairs_unpadded)
+    monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path / "machine"))
+    engine = WhisperEngine(tiny_model_dir, compute_type="int8", threads=2, batch_decoder="invariant")
+    result = engine.lm.selftest(use_cache=False)
+    assert result.row_floor == 1 and result.graph == "rowwise", result
+    assert engine.lm.invariant_decoder().graph == "rowwise"
+    monkeypatch.setattr(GraphBuilder, "pair_rows", padded)
+    monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path / "elsewhere"))
+    fresh = WhisperEngine(tiny_model_dir, compute_type="int8", threads=2, batch_decoder="invariant")
+    assert fresh.lm.selftest(use_cache=False).graph == "paired"  # with the padding, the pairs hold
+    monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path / "machine"))
+    again = WhisperEngine(tiny_model_dir, compute_type="int8", threads=2, batch_decoder="invariant")
+    assert again.lm.selftest().graph == "rowwise" and again.lm.invariant_decoder().graph == "rowwise"
 
 
 def test_engine_on_the_invariant_decoder_is_exact_with_adversarial_drafters(invariant_engine, shared_data):
