@@ -27,7 +27,9 @@ commits what two consecutive passes agree on. This module runs that policy on th
 * a pass that is **unsure** (mean token log-probability below ``LOW_CONFIDENCE``, -0.65) commits
   nothing and is not agreed with: on hard audio (a digit list in a 2-8 s buffer) base said "I'm not
   sure if I'm not mistaken" pass after pass at -0.7 to -1.6 while sure passes run -0.1 to -0.55,
-  and two such passes agreed; the buffer then grows until a pass hears enough to be sure;
+  and two such passes agreed; the buffer then grows until a pass hears enough to be sure; a pass
+  that looped (cut, or creeping) is unsure too: cut loops still agreed on their first turns
+  ("1, 2, 3, 6" of "2, 3, 6, 2, 3, 6, ...") and the trimmed buffer lost the sentence after them;
 * the previous pass's tokens after the committed prefix are the **draft hint** of the next pass
   (``TranscribeOptions.draft_hint``, ``drafters/previous_pass.py``): most of a pass repeats the
   one before, and the verifier makes that repetition cheap without changing a token.
@@ -329,7 +331,10 @@ class LiveStream(ChunkConsumer):
         if looping or creeping is not None:
             self.totals["loops_cut"] += 1
             self._context.clear()  # a loop in the prompt makes the next passes loop (faster-whisper resets it too)
-        self._unsure = window.avg_logprob is not None and window.avg_logprob < LOW_CONFIDENCE
+        # A pass that looped (cut or creeping) is unsure too: two looping passes agree on the loop's
+        # first turns, and the trimmed buffer then loses the speech after it.
+        self._unsure = looping or creeping is not None or (window.avg_logprob is not None
+                                                           and window.avg_logprob < LOW_CONFIDENCE)
         if self.language is None and any(t < self._eot for t in tokens):
             self.language = transcription.language  # detected once, on the first pass that heard words
         return tokens
