@@ -310,8 +310,11 @@ class LoadedModel:
                                   time.perf_counter() - t0, key, decoder="invariant")
         from .invariant_graph import GRAPHS
 
+        # The faster graph first, the row-wise one where its rows are not invariant here; a later
+        # encoder length starts from the graph an earlier one kept (no rebuilding the one that failed).
+        built = self._invariant.graph if self._invariant is not None else GRAPHS[0]
         result = None
-        for graph in GRAPHS:  # the faster graph first; the row-wise one where its rows are not invariant here
+        for graph in GRAPHS[GRAPHS.index(built):]:
             try:
                 model = self.invariant_decoder(graph)
             except ModelError as exc:  # e.g. an onnxruntime without 8-bit MatMulNBits

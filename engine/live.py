@@ -177,7 +177,7 @@ class LiveStream(ChunkConsumer):
         self._word_start: dict[int, bool] = {}
         self._finished = False
         self._looped = False  # a short encoder window made the decoder loop on this buffer
-        self._unsure = False  # the last pass's mean token log-probability was below LOW_CONFIDENCE
+        self._unsure = False  # the last pass looped, or its mean token log-probability was below LOW_CONFIDENCE
         self.totals: dict = dict.fromkeys(("passes", "pass_s", "encoder_s", "decoder_s", "tokens", "decoder_calls",
                                            "verify_calls", "steps", "drafted", "accepted", "hint_drafted",
                                            "hint_accepted", "committed_tokens", "loops", "loops_cut", "word_cuts"), 0)
@@ -328,13 +328,13 @@ class LiveStream(ChunkConsumer):
         creeping = creeping_loop(tokens)
         if creeping is not None:
             tokens = tokens[:max(len(prefix), creeping)]
-        if looping or creeping is not None:
+        looped = looping or creeping is not None
+        if looped:
             self.totals["loops_cut"] += 1
             self._context.clear()  # a loop in the prompt makes the next passes loop (faster-whisper resets it too)
         # A pass that looped (cut or creeping) is unsure too: two looping passes agree on the loop's
         # first turns, and the trimmed buffer then loses the speech after it.
-        self._unsure = looping or creeping is not None or (window.avg_logprob is not None
-                                                           and window.avg_logprob < LOW_CONFIDENCE)
+        self._unsure = looped or (window.avg_logprob is not None and window.avg_logprob < LOW_CONFIDENCE)
         if self.language is None and any(t < self._eot for t in tokens):
             self.language = transcription.language  # detected once, on the first pass that heard words
         return tokens

@@ -810,8 +810,7 @@ class WhisperEngine:
         if not lockstep:  # a lockstep batch encodes its windows before any decodes
             ahead.start_after(index)  # the next window encodes while this one decodes
         # A draft model drafting this window decodes on the other core; one refused for it does not.
-        drafting_model = not lockstep and any(hasattr(d, "prepare") and getattr(d, "enabled", True)
-                                               and not getattr(d, "closed", False) for d in run.chain.drafters)
+        drafting_model = not lockstep and any(getattr(d, "drafting", False) for d in run.chain.drafters)
         run.cpu_free = (lambda: False) if drafting_model else (lambda: not ahead.busy())
         previous = (run.initial + run.previous)[run.reset_since:]
         prompt, forced, sot_index = window_prompt(self.tokenizer, language, opts.task, previous, run.timestamps,

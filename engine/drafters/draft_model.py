@@ -73,11 +73,17 @@ class DraftModelDrafter:
         self._last_proposed = 0
         self._refused = 0  # windows refused in a row (see worth_running)
 
+    @property
+    def drafting(self) -> bool:
+        """Whether the next window it begins will be drafted (not refused for it, not closed): then
+        its encoder and thread take the core the main decoder's wide calls would use."""
+        return self.enabled and not self.closed
+
     # --- drafter protocol ---------------------------------------------------------------------
     def prepare(self, audio: np.ndarray) -> None:
         """Start the draft encoder on a window's audio before the main model encodes it (ahead mode
         only: the encoders then share the cores instead of the draft encoder delaying decoding)."""
-        if self.ahead is not None and self.enabled and not self.closed:
+        if self.ahead is not None and self.drafting:
             self.ahead.prepare(audio)
 
     def begin(self, window: WindowContext) -> None:
@@ -85,7 +91,7 @@ class DraftModelDrafter:
             self.ahead.stop_window()  # the thread frees the old state: only it touches the decoder
         else:
             self._dec.close()
-        if not self.enabled or self.closed:
+        if not self.drafting:
             self.off_reason = "closed" if self.closed else "disabled"
             return
         if window.audio is None:
