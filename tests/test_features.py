@@ -79,7 +79,7 @@ def test_features_leave_no_blas_thread_spinning_and_keep_their_bits(monkeypatch)
     idle = _cpu_of_others_after(lambda: log_mel_spectrogram(audio))
     monkeypatch.setattr(features, "single_thread_blas", contextlib.nullcontext)
     spread = log_mel_spectrogram(audio)
-    busy = _cpu_of_others_after(lambda: log_mel_spectrogram(audio))
+    busy = max(_cpu_of_others_after(lambda: log_mel_spectrogram(audio)) for _ in range(3))  # a CI run once saw none
     assert np.array_equal(ours, spread), "one BLAS thread changed the features' bits"
     if busy < 0.03:
         pytest.skip(f"BLAS threads did not spin here even when spread ({busy * 1000:.0f} ms): nothing to compare")
