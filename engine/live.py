@@ -11,10 +11,12 @@ commits what two consecutive passes agree on. This module runs that policy on th
   a word boundary (a word the newer pass may still extend is not committed). Timestamps agree
   with any timestamp: a segment end moving from 2.40 to 2.42 s as audio arrives is the same end;
 * where a committed segment is closed (its end timestamp agreed), the buffer is **trimmed** at
-  its end: later passes decode only what is not final, so a pass costs what is new, not what was
+  its end (the later of the two passes' ends: an end is a guess that can fall inside the last
+  words): later passes decode only what is not final, so a pass costs what is new, not what was
   said a minute ago. A buffer that reaches ``max_buffer_s`` (15 s, whisper_streaming's default)
   with no committed segment end is cut after its last committed word (word timestamps, one extra
-  decoding): memory stays bounded, and a long forced prefix cannot drag the decoder on (a digit
+  decoding; also where nothing was agreed and the pass found no segment end: the audio after its
+  last word stays): memory stays bounded, and a long forced prefix cannot drag the decoder on (a digit
   list went on over the next sentence);
 * committed text of a segment still open in the buffer is **forced** as the next pass's prefix
   (token ids, its timestamp first): committed text is never decoded again, so it cannot be
@@ -235,6 +237,14 @@ class LiveStream(ChunkConsumer):
                     self._drop(cut)
                     return events + self._tail_event("", self._time(self._offset))
                 ends = [i for i in range(max(1, begin), len(current)) if self._closes(current, i)]
+                if not ends and any(t < self._eot for t in current[begin:]):
+                    # No segment end either: keep the audio after the pass's last word (a pass
+                    # cut short, by its cap or a loop, has not decoded it yet).
+                    cut = self._word_end(buffer, current)
+                    self._commit(current, len(current), events)
+                    self._close_open(events, cut)
+                    self._drop(cut)
+                    return events + self._tail_event("", self._time(self._offset))
                 done, close_all = (ends[-1] + 1, False) if ends else (len(current), True)
         self._commit(current, done, events)
         if self._unsure and not final:
@@ -368,7 +378,8 @@ class LiveStream(ChunkConsumer):
         for i in range(start, done):
             t = current[i]
             if self._closes(current, i):
-                events.append(self._event("commit", piece, seg_start, self._time_of(t), True))
+                end = self._time_of(self._trim_point(current, i))
+                events.append(self._event("commit", piece, seg_start, end, True))
                 last_close, piece = i, []
             elif t >= self._tb:
                 seg_start = self._time_of(t)
@@ -385,10 +396,24 @@ class LiveStream(ChunkConsumer):
         if last_close is None:
             self._prefix, self._previous = current[:done], current
             return
-        shift = current[last_close] - self._tb
+        shift = self._trim_point(current, last_close) - self._tb
         rest = [max(t - shift, self._tb) if t >= self._tb else t for t in current[last_close + 1:]]
         self._drop(min(shift * SAMPLES_PER_TIMESTAMP, self._buffer.size))
         self._prefix, self._previous = rest[:done - last_close - 1], rest
+
+    def _trim_point(self, current: list[int], close: int) -> int:
+        """The timestamp to trim the buffer at for the segment end ``current[close]``: the later of
+        this pass's and the previous pass's (which agreed on it), no later than where this pass's
+        next segment starts. A segment end is a guess that moves as audio arrives and can fall
+        inside the last words (7.00 s against 7.76 s the pass before: trimming at 7.00 cut
+        "his gospel" in two, and the next passes heard it again); trimming early loses words,
+        trimming a little late only shortens the silence before the next ones."""
+        end, previous = current[close], self._previous
+        if previous is not None and close < len(previous) and previous[close] >= self._tb:
+            end = max(end, previous[close])
+        if close + 1 < len(current) and current[close + 1] >= self._tb:
+            end = min(end, current[close + 1])
+        return end
 
     def _drop(self, n: int) -> None:
         """Cut ``n`` samples off the front of the buffer; the passes' tokens no longer fit it."""

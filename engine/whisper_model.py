@@ -238,7 +238,7 @@ class BatchedInferencePipeline:
             raise SpecWhisperError(f"batch_size must be an integer >= 1, got {batch_size!r}", where="batch_size",
                                    hint="use e.g. 8")
         waveform = _waveform(audio)
-        length = chunk_length or 30
+        length = check_chunk_length(chunk_length) or 30  # before any work, as WhisperModel.transcribe
         vad_options = None
         if clip_timestamps:
             spans = [(float(c["start"]), float(c["end"])) for c in clip_timestamps]

@@ -299,3 +299,39 @@ def test_an_unsure_pass_commits_nothing(engine, longform, monkeypatch):
     sure = engine.stream("en", numerics="batch-invariant", draft_len=DRAFT_LEN)
     fed = [e for i in range(0, audio.size, SAMPLE_RATE) for e in sure.feed(audio[i:i + SAMPLE_RATE])]
     assert "fellow" in _words(_committed(fed))
+
+
+def test_a_full_buffer_with_no_segment_end_keeps_the_audio_after_the_last_word(engine, longform, monkeypatch):
+    """A buffer that reaches ``max_buffer_s`` with nothing agreed and no segment end in the pass (a
+    pass cut short by its cap or a loop) commits the pass and cuts the buffer after its last word,
+    keeping what the pass had not decoded yet (before: the whole buffer went, and with it digits
+    of longform.flac no pass ever heard). The pass and the word end are fixed here; the stream's
+    own WER tests cover real passes."""
+    tb = engine.tokenizer.special.timestamp_begin
+    words = engine.tokenizer.encode(" two, eight, five")
+    stream = engine.stream("en", max_buffer_s=3.0)
+
+    def unsure_pass_without_segment_end(buffer):
+        stream._unsure = True
+        return [tb] + words
+
+    monkeypatch.setattr(stream, "_decode", unsure_pass_without_segment_end)
+    monkeypatch.setattr(stream, "_word_end", lambda buffer, committed: round(1.25 * SAMPLE_RATE))
+    events = [e for i in range(0, 3 * SAMPLE_RATE, SAMPLE_RATE) for e in stream.feed(longform[i:i + SAMPLE_RATE])]
+    assert _committed(events).strip() == "two, eight, five"
+    assert stream.buffer_s == pytest.approx(3.0 - 1.25)  # the rest stays for the next passes
+    assert [e.end_s for e in events if e.kind == "commit" and e.segment_end] == [pytest.approx(1.25)]
+
+
+def test_a_segment_is_trimmed_at_the_later_of_two_agreeing_ends(engine):
+    """Two passes agree on a segment end whatever their timestamps say (7.00 s and 7.76 s); the
+    buffer is trimmed at the later one (the earlier fell inside "his gospel" on longform.flac, and
+    the next passes heard it again), but never after the start of the pass's next segment."""
+    tb = engine.tokenizer.special.timestamp_begin
+    words = engine.tokenizer.encode(" welcome his gospel.")
+    stream = engine.stream("en")
+    stream._previous = [tb] + words + [tb + 388]
+    assert stream._trim_point([tb] + words + [tb + 350], len(words) + 1) == tb + 388
+    assert stream._trim_point([tb] + words + [tb + 350, tb + 360, words[0]], len(words) + 1) == tb + 360
+    stream._previous = None
+    assert stream._trim_point([tb] + words + [tb + 350], len(words) + 1) == tb + 350
