@@ -8,7 +8,9 @@
 __version__ = "0.1.0"
 
 from .errors import SpecWhisperError  # noqa: E402
-from .transcriber import Result, TranscribeOptions, WhisperEngine  # noqa: E402
+from .results import Result  # noqa: E402
+from .transcribe_options import TranscribeOptions  # noqa: E402
+from .transcriber import WhisperEngine  # noqa: E402
 from .whisper_model import (  # noqa: E402  (faster-whisper's API, see whisper_model)
     BatchedInferencePipeline,
     WhisperModel,

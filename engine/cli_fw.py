@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from .errors import SpecWhisperError
 
 if TYPE_CHECKING:
-    from .transcriber import Segment
+    from .results import Segment
     from .whisper_model import WhisperModel
     from .writers import CueOptions
 
@@ -173,7 +173,7 @@ class FwTranscript:
 
     @classmethod
     def of(cls, fw_segments: list, info, eot: int, batch_size: int | None) -> FwTranscript:
-        from .transcriber import Segment
+        from .results import Segment
 
         segments = [Segment(s.start, s.end, s.text, list(s.tokens), s.words) for s in fw_segments]
         vad = None if info.vad_options is None else {

@@ -55,7 +55,8 @@ def add_listen_parser(sub, add_model_args) -> None:
 def run_listen(args) -> int:
     from .listen import MAX_UTTERANCE_S, check_listener_options
     from .listen_endpoint import make_detector
-    from .transcriber import TranscribeOptions, WhisperEngine
+    from .transcribe_options import TranscribeOptions
+    from .transcriber import WhisperEngine
 
     if args.learn_save and not args.learn:
         raise SpecWhisperError("--learn-save needs --learn", where="--learn-save", hint="add --learn")

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from .cli_fw import FwTranscript, Progress, check_fw_options, transcribe_fw
 
 if TYPE_CHECKING:
-    from .transcriber import Result, WhisperEngine
+    from .results import Result
+    from .transcriber import WhisperEngine
     from .writers import CueOptions
 
 FileTranscriber = Callable[[str, Progress], "Result | FwTranscript"]
@@ -20,7 +21,7 @@ FileTranscriber = Callable[[str, Progress], "Result | FwTranscript"]
 def check_decoding_options(args) -> CueOptions:
     """The per-call options, checked before the model loads (a typo costs no load time); returns
     how srt/vtt cues are cut."""
-    from .transcriber import TranscribeOptions
+    from .transcribe_options import TranscribeOptions
 
     cues = check_fw_options(args)
     TranscribeOptions(task=args.task, numerics=args.numerics, draft_len=args.draft_len, audio_ctx=args.audio_ctx,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .transcriber import Segment
+    from .results import Segment
 
 PUNCTUATION = "\"'“¿([{-\"'.。,，!！?？:：”)]}、"  # not counted as words (faster-whisper's set)
 

@@ -44,7 +44,9 @@ from .audio import SAMPLE_RATE
 from .errors import OptionError, SpecWhisperError
 from .listen_endpoint import FRAME, Endpointer, Utterance, frames_of, make_detector
 from .live_input import ChunkConsumer, ChunkQueue, check_consumer_args
-from .transcriber import Result, TranscribeOptions, WhisperEngine
+from .results import Result
+from .transcribe_options import TranscribeOptions
+from .transcriber import WhisperEngine
 
 MAX_UTTERANCE_S = 28.0  # with the pads, an utterance fits one 30 s window
 COMPLETE_S = None  # off by default: see benchmarks/RESULTS_live.md (ends a third of the commands early, no median gain)

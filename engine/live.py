@@ -58,15 +58,10 @@ from .fallback import COMPRESSION_RATIO_THRESHOLD, compression_ratio
 from .features import N_FRAMES
 from .live_agreement import agreed_length, creeping_loop, cut_repetition
 from .live_input import ChunkConsumer, ChunkQueue, check_consumer_args
+from .results import WindowResult
 from .timestamps import SECONDS_PER_TIMESTAMP
-from .transcriber import (
-    LOOP_TOKENS_MIN,
-    LOOP_TOKENS_PER_S,
-    SILENCE_PEAK,
-    TranscribeOptions,
-    WhisperEngine,
-    WindowResult,
-)
+from .transcribe_options import TranscribeOptions
+from .transcriber import LOOP_TOKENS_MIN, LOOP_TOKENS_PER_S, SILENCE_PEAK, WhisperEngine
 
 WINDOW_SAMPLES = N_FRAMES * 160  # one pass sees at most one 30 s window
 SAMPLES_PER_TIMESTAMP = round(SECONDS_PER_TIMESTAMP * SAMPLE_RATE)
@@ -229,22 +224,13 @@ class LiveStream(ChunkConsumer):
                                                                        for i in range(begin, done)):
                 # Long enough, and no committed segment ended: cut after the last committed word
                 # (a long forced prefix makes Whisper go on with it: digit lists over a sentence);
-                # nothing committed: at the last segment end this pass found, else everything.
+                # nothing committed: at the last segment end this pass found, else after the pass's
+                # last word (a pass cut short, by its cap or a loop, has not decoded the rest yet).
                 if any(t < self._eot for t in current[:done]):
-                    cut = self._word_end(buffer, current[:done])
-                    self._commit(current, done, events)
-                    self._close_open(events, cut)
-                    self._drop(cut)
-                    return events + self._tail_event("", self._time(self._offset))
+                    return self._cut_after_words(buffer, current, done, events)
                 ends = [i for i in range(max(1, begin), len(current)) if self._closes(current, i)]
                 if not ends and any(t < self._eot for t in current[begin:]):
-                    # No segment end either: keep the audio after the pass's last word (a pass
-                    # cut short, by its cap or a loop, has not decoded it yet).
-                    cut = self._word_end(buffer, current)
-                    self._commit(current, len(current), events)
-                    self._close_open(events, cut)
-                    self._drop(cut)
-                    return events + self._tail_event("", self._time(self._offset))
+                    return self._cut_after_words(buffer, current, len(current), events)
                 done, close_all = (ends[-1] + 1, False) if ends else (len(current), True)
         self._commit(current, done, events)
         if self._unsure and not final:
@@ -257,6 +243,16 @@ class LiveStream(ChunkConsumer):
         tail = [] if self._previous is None else self._previous[len(self._prefix):]
         start = self._segment_start(self._previous or [], len(self._prefix))
         return events + self._tail_event(self._text(tail), start)
+
+    def _cut_after_words(self, buffer: np.ndarray, current: list[int], done: int,
+                         events: list[LiveEvent]) -> list[LiveEvent]:
+        """Commit ``current[:done]``, end its segment where its last word ends and cut the buffer
+        there, keeping the audio after it for the next passes."""
+        cut = self._word_end(buffer, current[:done])
+        self._commit(current, done, events)
+        self._close_open(events, cut)
+        self._drop(cut)
+        return events + self._tail_event("", self._time(self._offset))
 
     def _close_open(self, events: list[LiveEvent], end: int | None = None) -> None:
         """End the segment whose committed text is still open, ``end`` samples into the buffer

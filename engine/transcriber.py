@@ -18,21 +18,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .audio import SAMPLE_RATE, AudioInput, load_audio, speech_seconds
-from .audio_ctx import choose_frames, parse_audio_ctx
+from .audio_ctx import choose_frames
 from .backend import MAX_POSITIONS, LoadedModel, SelfTestResult, _import_ct2
 from .decoder import decode_with_drafters, learn_from_window
-from .decoding_options import check_decoding_options, seek_clips, suppressed_ids, window_prompt
+from .decoding_options import seek_clips, suppressed_ids, window_prompt
 from .drafters.base import Drafter, WindowContext
 from .drafters.bigram import BigramGuesser, map_then_bigram
 from .drafters.chain import DrafterChain
-from .errors import OptionError, SpecWhisperError
+from .errors import SpecWhisperError
 from .fallback import (
-    COMPRESSION_RATIO_THRESHOLD,
     Attempt,
-    Thresholds,
     compression_ratio,
     ladder,
-    parse_temperatures,
 )
 from .features import (
     FRAMES_PER_SECOND,
@@ -54,230 +51,21 @@ from .policy import (
     default_policy,
     realised_speedup,
 )
+from .results import Result, Segment, WindowResult
 from .sampling import PositionSampler
 from .stats import DecodeStats
 from .timestamps import SECONDS_PER_TIMESTAMP, TimestampRules, split_window
+from .transcribe_options import TranscribeOptions
 
 if TYPE_CHECKING:
     from .listen import CommandListener
     from .live import LiveStream
 
-NUMERICS_CHOICES = ("auto", "batch-invariant", "single-row")
-TIMESTAMPS_CHOICES = ("auto", "on", "off")
 SILENCE_PEAK = 1e-4  # windows quieter than -80 dBFS are silence: nothing to decode
 
 
 def _silent(samples: np.ndarray) -> bool:
     return samples.size == 0 or float(np.abs(samples).max()) < SILENCE_PEAK
-
-
-@dataclass(frozen=True)
-class TranscribeOptions:
-    """Per-call options, validated once here so the hot loop can trust them."""
-
-    language: str | None = None
-    task: str = "transcribe"
-    numerics: str = "auto"
-    speculation: bool = True
-    draft_len: int | None = None
-    condition_on_previous_text: bool = False
-    initial_prompt: str | tuple[int, ...] | None = None  # text, or token ids
-    audio_ctx: str | int = "full"
-    temperature: float | tuple[float, ...] = 0.0  # a tuple: fallback ladder (see ``fallback``)
-    compression_ratio_threshold: float | None = COMPRESSION_RATIO_THRESHOLD
-    seed: int = 0
-    timestamps: str = "auto"
-    progress: Callable[[int, int], None] | None = None  # (10 ms frames done, frames in all)
-    # Independent windows (no previous text, no timestamps) decoded together, one row each per
-    # decoder call, on the invariant decoder (``invariant_batch``); drafts nothing; 1: one at a time.
-    batch_size: int = 1
-    # faster-whisper's options (same names, meaning and defaults where ours differ not: see
-    # ``whisper_model`` for the facade that sets its defaults)
-    log_prob_threshold: float | None = None
-    no_speech_threshold: float | None = None
-    scores: bool = False  # avg_logprob and no_speech_prob for every window even without thresholds
-    best_of: int = 1  # samples per temperature > 0, the most probable kept
-    beam_size: int = 1  # > 1: CTranslate2's beam search, speculation off for the window
-    patience: float = 1.0
-    length_penalty: float = 1.0
-    repetition_penalty: float = 1.0
-    no_repeat_ngram_size: int = 0
-    prompt_reset_on_temperature: float = 0.5
-    prefix: str | tuple[int, ...] | None = None  # text, or token ids forced as given (timestamps included)
-    # Tokens an earlier decoding of (mostly) the same audio emitted after this call's prompt and
-    # prefix (a live stream's previous pass): drafted first, ahead of the engine's drafters. Speed only.
-    draft_hint: tuple[int, ...] = ()
-    hotwords: str | None = None
-    suppress_blank: bool = True
-    suppress_tokens: tuple[int, ...] | None = (-1,)  # -1: the model's non-speech symbols
-    max_initial_timestamp: float = 1.0
-    max_new_tokens: int | None = None
-    clip_timestamps: str | tuple[float, ...] = "0"
-    # faster-whisper's window length in seconds (None: 30): each window decodes at most this much
-    # audio, its features zero-padded to the encoder's 30 s input (see ``window_frames``)
-    chunk_length: int | None = None
-    multilingual: bool = False  # detect the language of every window
-    word_timestamps: bool = False
-    prepend_punctuations: str = "\"'“¿([{-"
-    append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
-    hallucination_silence_threshold: float | None = None
-    language_detection_segments: int = 1
-    language_detection_threshold: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.task not in ("transcribe", "translate"):
-            raise SpecWhisperError(f"unknown task {self.task!r}", where="--task", hint="use transcribe or translate")
-        if self.numerics not in NUMERICS_CHOICES:
-            raise SpecWhisperError(f"unknown numerics {self.numerics!r}", where="--numerics",
-                                   hint=f"use one of {', '.join(NUMERICS_CHOICES)}")
-        object.__setattr__(self, "audio_ctx", parse_audio_ctx(self.audio_ctx))
-        if isinstance(self.timestamps, bool):
-            object.__setattr__(self, "timestamps", "on" if self.timestamps else "off")
-        if self.timestamps not in TIMESTAMPS_CHOICES:
-            raise SpecWhisperError(f"unknown timestamps setting {self.timestamps!r}", where="--timestamps",
-                                   hint="use auto (on for audio longer than 30 s), on or off")
-        object.__setattr__(self, "temperature", parse_temperatures(self.temperature))
-        if not (self.compression_ratio_threshold > 0):
-            raise SpecWhisperError(f"compression ratio threshold {self.compression_ratio_threshold!r} must be "
-                                   "positive", where="compression_ratio_threshold", hint="use e.g. 2.4 (the default)")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise SpecWhisperError(f"seed {self.seed!r} is not a non-negative integer", where="--seed",
-                                   hint="use a whole number such as 0")
-        if self.draft_len is not None and not (0 <= self.draft_len <= 16):
-            raise SpecWhisperError(f"draft length {self.draft_len} out of range", where="--draft-len",
-                                   hint="use 0..16 (0 disables drafting)")
-        check_decoding_options(self)
-        if self.window_frames < N_FRAMES and self.audio_ctx != "full":
-            raise OptionError(f"chunk_length={self.chunk_length} and audio_ctx={self.audio_ctx!r} both set the "
-                              "window: chunk_length windows feed the full 30 s encoder input",
-                              where="chunk_length/audio_ctx", hint="use one of them (audio_ctx='full' with chunk_length)")
-
-    @property
-    def window_frames(self) -> int:
-        """Mel frames of audio one window decodes (faster-whisper's ``nb_max_frames``). The encoder
-        input stays ``N_FRAMES``: a shorter window's features are zero-padded to it, as
-        faster-whisper's ``pad_or_trim`` pads them, so only the windows' boundaries change."""
-        return N_FRAMES if self.chunk_length is None else self.chunk_length * FRAMES_PER_SECOND
-
-    @property
-    def thresholds(self) -> Thresholds:
-        return Thresholds(self.compression_ratio_threshold, self.log_prob_threshold, self.no_speech_threshold)
-
-    def generate_only(self, temperature: float = 0.0) -> str | None:
-        """Why an attempt at ``temperature`` must run CTranslate2's ``generate`` (an algorithm
-        other than greedy or sampling, which the verifier does not run), or None. Beam search is
-        for greedy attempts only: faster-whisper samples fallback attempts with beam 1."""
-        if self.beam_size > 1 and temperature == 0:
-            return f"beam search (beam_size={self.beam_size})"
-        if self.repetition_penalty != 1.0 or self.no_repeat_ngram_size:
-            return "repetition penalty or no_repeat_ngram_size"
-        return None
-
-
-@dataclass
-class Segment:
-    """A stretch of speech and its text: a timestamped segment, or a whole window without timestamps.
-    ``tokens``: its tokens, timestamps included; ``words``: with ``word_timestamps``."""
-
-    start_s: float
-    end_s: float
-    text: str
-    tokens: list[int] = field(default_factory=list)
-    words: list | None = None
-
-
-@dataclass
-class WindowResult:
-    """One decoded window. ``tokens``: everything it emitted but EOT (timestamps and an incomplete
-    last segment included: what exactness is checked on); ``text``: its kept segments' text."""
-
-    start_s: float
-    end_s: float
-    text: str
-    tokens: list[int]
-    numerics: str
-    numerics_reason: str
-    stats: dict
-    segments: list[Segment] = field(default_factory=list)
-    temperature: float = 0.0  # the temperature of the attempt kept (see ``fallback``)
-    avg_logprob: float | None = None  # with ``scores`` or thresholds that need them
-    no_speech_prob: float | None = None
-    compression_ratio: float = 0.0
-    seek: int = 0  # the 10 ms frame the window started at
-
-
-@dataclass
-class Result:
-    """What one transcription produced, with where the time went and how drafting did."""
-
-    text: str
-    tokens: list[int]
-    language: str
-    language_probability: float
-    numerics: str
-    duration_s: float
-    timings: dict[str, float]
-    stats: dict
-    windows: list[WindowResult] = field(default_factory=list)
-    model: str = ""
-    device: str = "cpu"
-    compute_type: str = ""
-    threads: int = 0
-    decoder_threads: int = 0
-    row_floor: int | None = None
-    row_ceiling: int | None = None
-    batch_decoder: str = "ct2"
-    contract: str = ""
-    encoder: str = "ct2"
-    speculation_available: bool = True
-    audio_ctx: int = N_FRAMES
-    audio_ctx_fallback: str | None = None
-    temperature: float | tuple[float, ...] = 0.0
-    seed: int = 0
-    timestamps: bool = False
-    # where ``language`` came from: "given", "token map" (the map's transcripts' language, where
-    # none was given), "detected", or "english-only model"
-    language_source: str = ""
-
-    @property
-    def segments(self) -> list[Segment]:
-        return [s for w in self.windows for s in w.segments]
-
-    def to_dict(self) -> dict:
-        return {
-            "text": self.text,
-            "tokens": self.tokens,
-            "language": self.language,
-            "language_probability": round(self.language_probability, 4),
-            "language_source": self.language_source,
-            "numerics": self.numerics,
-            "duration_s": round(self.duration_s, 3),
-            "timings": {k: round(v, 4) for k, v in self.timings.items()},
-            "stats": self.stats,
-            "segments": [{"start_s": round(s.start_s, 3), "end_s": round(s.end_s, 3), "text": s.text}
-                         for s in self.segments],
-            "windows": [
-                {"start_s": w.start_s, "end_s": w.end_s, "text": w.text, "tokens": w.tokens, "numerics": w.numerics,
-                 "numerics_reason": w.numerics_reason, "stats": w.stats, "temperature": w.temperature}
-                for w in self.windows
-            ],
-            "model": self.model,
-            "device": self.device,
-            "compute_type": self.compute_type,
-            "threads": self.threads,
-            "decoder_threads": self.decoder_threads,
-            "row_floor": self.row_floor,
-            "row_ceiling": self.row_ceiling,
-            "batch_decoder": self.batch_decoder,
-            "contract": self.contract,
-            "encoder": self.encoder,
-            "speculation_available": self.speculation_available,
-            "audio_ctx": self.audio_ctx,
-            "audio_ctx_fallback": self.audio_ctx_fallback,
-            "temperature": self.temperature,
-            "seed": self.seed,
-            "timestamps": self.timestamps,
-        }
 
 
 LOOP_TOKENS_MIN = 60  # a short-context window emitting more than this, and ...

@@ -31,8 +31,9 @@ from .decoding_options import check_chunk_length
 from .errors import OptionError, SpecWhisperError
 from .fallback import LADDER
 from .model_store import REGISTRY, resolve_model
+from .results import WindowResult
 from .tokenizer import LANGUAGE_CODES
-from .transcriber import WhisperEngine, WindowResult
+from .transcriber import WhisperEngine
 from .vad import VadOptions
 from .word_timestamps import Word
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .io_utils import atomic_write_text, write_failure
-from .transcriber import Segment
+from .results import Segment
 from .word_timestamps import Word
 
 FORMATS = ("txt", "json", "srt", "vtt")

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from specwhisper.cli import main
-from specwhisper.transcriber import Segment
+from specwhisper.results import Segment
 from specwhisper.word_timestamps import Word
 from specwhisper.writers import CueOptions, iter_cues, render, wrap_words
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specwhisper.hallucination import cut_hallucinations, is_anomaly, word_anomaly
-from specwhisper.transcriber import Segment
+from specwhisper.results import Segment
 from specwhisper.word_timestamps import Word
 
 FIXTURES = Path(__file__).parent / "fixtures"

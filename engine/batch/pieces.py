@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..audio import SAMPLE_RATE
-from ..transcriber import Segment
+from ..results import Segment
 from ..word_timestamps import Word
 from .inputs import BatchItem
 

@@ -1,0 +1,122 @@
+"""Per-call transcription options (``TranscribeOptions``): every option checked once, when made.
+
+Why a module of its own: the CLI, the faster-whisper facade, live streams and command mode build
+and check options without the engine; the hot loop then trusts them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .audio_ctx import parse_audio_ctx
+from .decoding_options import check_decoding_options
+from .errors import OptionError, SpecWhisperError
+from .fallback import COMPRESSION_RATIO_THRESHOLD, Thresholds, parse_temperatures
+from .features import FRAMES_PER_SECOND, N_FRAMES
+
+NUMERICS_CHOICES = ("auto", "batch-invariant", "single-row")
+TIMESTAMPS_CHOICES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    """Per-call options, validated once here so the hot loop can trust them."""
+
+    language: str | None = None
+    task: str = "transcribe"
+    numerics: str = "auto"
+    speculation: bool = True
+    draft_len: int | None = None
+    condition_on_previous_text: bool = False
+    initial_prompt: str | tuple[int, ...] | None = None  # text, or token ids
+    audio_ctx: str | int = "full"
+    temperature: float | tuple[float, ...] = 0.0  # a tuple: fallback ladder (see ``fallback``)
+    compression_ratio_threshold: float | None = COMPRESSION_RATIO_THRESHOLD
+    seed: int = 0
+    timestamps: str = "auto"
+    progress: Callable[[int, int], None] | None = None  # (10 ms frames done, frames in all)
+    # Independent windows (no previous text, no timestamps) decoded together, one row each per
+    # decoder call, on the invariant decoder (``invariant_batch``); drafts nothing; 1: one at a time.
+    batch_size: int = 1
+    # faster-whisper's options (same names, meaning and defaults where ours differ not: see
+    # ``whisper_model`` for the facade that sets its defaults)
+    log_prob_threshold: float | None = None
+    no_speech_threshold: float | None = None
+    scores: bool = False  # avg_logprob and no_speech_prob for every window even without thresholds
+    best_of: int = 1  # samples per temperature > 0, the most probable kept
+    beam_size: int = 1  # > 1: CTranslate2's beam search, speculation off for the window
+    patience: float = 1.0
+    length_penalty: float = 1.0
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    prompt_reset_on_temperature: float = 0.5
+    prefix: str | tuple[int, ...] | None = None  # text, or token ids forced as given (timestamps included)
+    # Tokens an earlier decoding of (mostly) the same audio emitted after this call's prompt and
+    # prefix (a live stream's previous pass): drafted first, ahead of the engine's drafters. Speed only.
+    draft_hint: tuple[int, ...] = ()
+    hotwords: str | None = None
+    suppress_blank: bool = True
+    suppress_tokens: tuple[int, ...] | None = (-1,)  # -1: the model's non-speech symbols
+    max_initial_timestamp: float = 1.0
+    max_new_tokens: int | None = None
+    clip_timestamps: str | tuple[float, ...] = "0"
+    # faster-whisper's window length in seconds (None: 30): each window decodes at most this much
+    # audio, its features zero-padded to the encoder's 30 s input (see ``window_frames``)
+    chunk_length: int | None = None
+    multilingual: bool = False  # detect the language of every window
+    word_timestamps: bool = False
+    prepend_punctuations: str = "\"'“¿([{-"
+    append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
+    hallucination_silence_threshold: float | None = None
+    language_detection_segments: int = 1
+    language_detection_threshold: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.task not in ("transcribe", "translate"):
+            raise SpecWhisperError(f"unknown task {self.task!r}", where="--task", hint="use transcribe or translate")
+        if self.numerics not in NUMERICS_CHOICES:
+            raise SpecWhisperError(f"unknown numerics {self.numerics!r}", where="--numerics",
+                                   hint=f"use one of {', '.join(NUMERICS_CHOICES)}")
+        object.__setattr__(self, "audio_ctx", parse_audio_ctx(self.audio_ctx))
+        if isinstance(self.timestamps, bool):
+            object.__setattr__(self, "timestamps", "on" if self.timestamps else "off")
+        if self.timestamps not in TIMESTAMPS_CHOICES:
+            raise SpecWhisperError(f"unknown timestamps setting {self.timestamps!r}", where="--timestamps",
+                                   hint="use auto (on for audio longer than 30 s), on or off")
+        object.__setattr__(self, "temperature", parse_temperatures(self.temperature))
+        if not (self.compression_ratio_threshold > 0):
+            raise SpecWhisperError(f"compression ratio threshold {self.compression_ratio_threshold!r} must be "
+                                   "positive", where="compression_ratio_threshold", hint="use e.g. 2.4 (the default)")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise SpecWhisperError(f"seed {self.seed!r} is not a non-negative integer", where="--seed",
+                                   hint="use a whole number such as 0")
+        if self.draft_len is not None and not (0 <= self.draft_len <= 16):
+            raise SpecWhisperError(f"draft length {self.draft_len} out of range", where="--draft-len",
+                                   hint="use 0..16 (0 disables drafting)")
+        check_decoding_options(self)
+        if self.window_frames < N_FRAMES and self.audio_ctx != "full":
+            raise OptionError(f"chunk_length={self.chunk_length} and audio_ctx={self.audio_ctx!r} both set the "
+                              "window: chunk_length windows feed the full 30 s encoder input",
+                              where="chunk_length/audio_ctx", hint="use one of them (audio_ctx='full' with chunk_length)")
+
+    @property
+    def window_frames(self) -> int:
+        """Mel frames of audio one window decodes (faster-whisper's ``nb_max_frames``). The encoder
+        input stays ``N_FRAMES``: a shorter window's features are zero-padded to it, as
+        faster-whisper's ``pad_or_trim`` pads them, so only the windows' boundaries change."""
+        return N_FRAMES if self.chunk_length is None else self.chunk_length * FRAMES_PER_SECOND
+
+    @property
+    def thresholds(self) -> Thresholds:
+        return Thresholds(self.compression_ratio_threshold, self.log_prob_threshold, self.no_speech_threshold)
+
+    def generate_only(self, temperature: float = 0.0) -> str | None:
+        """Why an attempt at ``temperature`` must run CTranslate2's ``generate`` (an algorithm
+        other than greedy or sampling, which the verifier does not run), or None. Beam search is
+        for greedy attempts only: faster-whisper samples fallback attempts with beam 1."""
+        if self.beam_size > 1 and temperature == 0:
+            return f"beam search (beam_size={self.beam_size})"
+        if self.repetition_penalty != 1.0 or self.no_repeat_ngram_size:
+            return "repetition penalty or no_repeat_ngram_size"
+        return None
