@@ -29,25 +29,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TokenMapError
 from .base import WindowContext
-
-_TAIL = 3  # recent tokens kept for gapped contexts
-
-
-@dataclass(frozen=True)
-class _State:
-    """What is known about ``[BEGIN] + tokens``, per map (static first, then learned)."""
-
-    ctx: tuple[dict[int, int], ...]  # n-gram contexts: length -> node
-    prefix: tuple[int, ...]  # node of the whole history from BEGIN, -1 once no past utterance began so
-    anchor: tuple[int, ...]  # deepest prefix node seen at least ``anchor_min`` times (template anchor)
-    anchor_len: tuple[int, ...]  # its length from BEGIN
-    length: int  # len([BEGIN] + tokens)
-    tail: tuple[int, ...]  # the last few tokens
+from .tokenmap_contexts import BlendedContexts
 
 
 class TokenMapDrafter:
@@ -92,34 +78,28 @@ class TokenMapDrafter:
                 "max_nodes": max_learned_nodes or DEFAULT_MAX_NODES}
         self.dynamic = DynamicTrie(n, max_len, self.begin_id, self.eot, **caps) if learn else None
         self._maps = [m for m in (static, self.dynamic) if m is not None]
-        self._weights = [1.0 if m is static else learned_weight for m in self._maps]
+        weights = [1.0 if m is static else learned_weight for m in self._maps]
         if static_recall_weight is None:  # a map saved by --learn-save holds the user's own utterances
             learned_file = static is not None and bool(static.header.flags & FLAG_LEARNED)
             static_recall_weight = recall_weight if learned_file else 1.0
-        self._recall_weights = [static_recall_weight if m is static else recall_weight for m in self._maps]
+        recall_weights = [static_recall_weight if m is static else recall_weight for m in self._maps]
+        self.contexts = BlendedContexts(self._maps, weights, recall_weights, backoff=backoff, anchor_min=anchor_min,
+                                        gap_tail=gap_tail, gap_backoff=gap_backoff)
         self.length_sigma = length_sigma
         self._speech_s: float | None = None
-        self._recall_maps = list(self._maps)  # the prefix level's view of each map for this window
-        self.backoff = backoff
         self.min_prob = min_prob
         self.min_cum = min_cum
-        self.anchor_min = anchor_min
-        self.gap_tail = gap_tail
-        self.gap_backoff = gap_backoff
-        self._gap_cache: dict = {}
         self.last_confidence: list[float] = []
         self.stats = {"rounds": 0, "drafted": 0, "accepted": 0, "learned": 0}
-        self._cache_tokens: list[int] = []
-        self._cache_state: _State = self._initial()
         self._last_len = 0
 
     # --- protocol -----------------------------------------------------------------------------
     def begin(self, window: WindowContext) -> None:
         from specwhisper.tokenmap.dynamic import LengthWeightedRecall
 
-        self._reset_cache()
+        self.contexts.reset()
         self._speech_s = window.speech_s if window.speech_s and window.speech_s > 0 else None
-        self._recall_maps = [LengthWeightedRecall(m, self._speech_s, self.length_sigma)
+        self.contexts.recall_maps = [LengthWeightedRecall(m, self._speech_s, self.length_sigma)
                              if m is self.dynamic and self._speech_s and self.length_sigma > 0 else m
                              for m in self._maps]
 
@@ -128,11 +108,12 @@ class TokenMapDrafter:
         self._last_len = 0
         if k <= 0 or not self._maps:
             return []
-        state = self._state_for(tokens)
+        contexts = self.contexts
+        state = contexts.state_for(tokens)
         draft: list[int] = []
         cum = 1.0
         while len(draft) < k:
-            token, p = self._predict(state)
+            token, p = contexts.predict(state)
             if token is None or p < self.min_prob or cum * p < self.min_cum:
                 break
             draft.append(token)
@@ -140,7 +121,7 @@ class TokenMapDrafter:
             cum *= p
             if token == self.eot:
                 break
-            state = self._extend(state, token)
+            state = contexts.extend(state, token)
         self._last_len = len(draft)
         return draft
 
@@ -156,9 +137,9 @@ class TokenMapDrafter:
             before = self.dynamic.learned
             self.dynamic.add(tokens, self._speech_s)
             self.stats["learned"] += self.dynamic.learned - before
-            self._gap_cache.clear()
-        self._reset_cache()
-        self._recall_maps = list(self._maps)  # the learned trie changed: a view's cached counts are stale
+            self.contexts.gap_cache.clear()
+        self.contexts.reset()
+        self.contexts.recall_maps = list(self._maps)  # the learned trie changed: a view's cached counts are stale
 
     # --- extras -------------------------------------------------------------------------------
     def knows_start(self, tokens: Sequence[int]) -> bool:
@@ -181,7 +162,7 @@ class TokenMapDrafter:
         """The single most likely next token (no confidence threshold), or None when no map knows anything."""
         if not self._maps:
             return None
-        return self._predict(self._state_for(tokens, keep=False))[0]
+        return self.contexts.predict(self.contexts.state_for(tokens, keep=False))[0]
 
     def end_probability(self, tokens: Sequence[int]) -> float | None:
         """How often the map's commands ended after ``tokens``' last words (``tokenmap.ending``):
@@ -210,142 +191,3 @@ class TokenMapDrafter:
             raise TokenMapError("cannot save a learned map without a tokenizer to fingerprint it", where=str(path))
         base = self.static if self.save_merged else None
         return self.dynamic.to_token_map(fingerprint, vocab, base=base).save(path)
-
-    # --- internals ----------------------------------------------------------------------------
-    def _reset_cache(self) -> None:
-        self._cache_tokens = []
-        self._cache_state = self._initial()
-
-    def _initial(self) -> _State:
-        prefix = tuple(m.begin_node for m in self._maps)
-        anchor = tuple(p if p >= 0 and m.count(p) >= self.anchor_min else -1 for m, p in zip(self._maps, prefix))
-        return _State(tuple({} for _ in self._maps), prefix, anchor, tuple(1 for _ in self._maps), 1, ())
-
-    def _state_for(self, tokens: Sequence[int], keep: bool = True) -> _State:
-        """Contexts of ``[BEGIN] + tokens``; extends the previous call's state when the history only grew."""
-        cached = self._cache_tokens
-        n = len(cached)
-        if len(tokens) >= n and list(tokens[:n]) == cached:
-            state = self._cache_state
-            for t in tokens[n:]:
-                state = self._extend(state, t)
-        else:
-            state = self._initial()
-            for t in tokens:
-                state = self._extend(state, t)
-        if keep:
-            self._cache_tokens = list(tokens)
-            self._cache_state = state
-        return state
-
-    def _extend(self, state: _State, token: int) -> _State:
-        ctxs, prefixes, anchors, anchor_lens = [], [], [], []
-        length = state.length + 1
-        for i, m in enumerate(self._maps):
-            nxt: dict[int, int] = {}
-            for n, node in state.ctx[i].items():
-                kid = m.child(node, token)
-                if kid >= 0 and m.fanout(kid):
-                    nxt[n + 1] = kid
-            kid = m.child(0, token)
-            if kid >= 0 and m.fanout(kid):
-                nxt[1] = kid
-            ctxs.append(nxt)
-            p = state.prefix[i]
-            p = m.child(p, token) if p >= 0 else -1
-            prefixes.append(p)
-            if p >= 0 and m.count(p) >= self.anchor_min:
-                anchors.append(p)
-                anchor_lens.append(length)
-            else:
-                anchors.append(state.anchor[i])
-                anchor_lens.append(state.anchor_len[i])
-        return _State(tuple(ctxs), tuple(prefixes), tuple(anchors), tuple(anchor_lens), length,
-                      (state.tail + (token,))[-_TAIL:])
-
-    def _gapped(self, state: _State) -> tuple[list[dict[int, int]], list[int]]:
-        """Per map: followers and count of the longest recent tail found below the template anchor."""
-        out_f: list[dict[int, int]] = []
-        out_c: list[int] = []
-        for i, m in enumerate(self._maps):
-            anchor, prefix = state.anchor[i], state.prefix[i]
-            after = state.length - state.anchor_len[i]
-            found: tuple[dict[int, int], int] = ({}, 0)
-            # anchored at BEGIN alone the gap would span every utterance: the n-grams already say that
-            if anchor >= 0 and anchor != prefix and after > 0 and self.gap_tail > 0 and state.anchor_len[i] > 1:
-                for q in range(min(self.gap_tail, after, len(state.tail)), 0, -1):
-                    key = (i, anchor, state.tail[-q:])
-                    hit = self._gap_cache.get(key)
-                    if hit is None:
-                        if len(self._gap_cache) > 4096:
-                            self._gap_cache.clear()
-                        hit = self._gap_cache[key] = m.below(anchor, state.tail[-q:])
-                    if hit[1] > 0:
-                        found = hit
-                        break
-            out_f.append(found[0])
-            out_c.append(found[1])
-        return out_f, out_c
-
-    def _predict(self, state: _State) -> tuple[int | None, float]:
-        """The most likely next token and its blended probability."""
-        maps, weights = self._maps, self._weights
-        gap_f, gap_c = self._gapped(state)
-        candidates: set[int] = set()
-        for i, (m, recall) in enumerate(zip(maps, self._recall_maps)):
-            best = [(m, m.best(node)) for node in state.ctx[i].values()]
-            if state.prefix[i] >= 0:
-                best.append((recall, recall.best(state.prefix[i])))
-            for view, b in best:
-                if b >= 0:
-                    candidates.add(view.token_of(b))
-            if gap_f[i]:
-                candidates.add(max(gap_f[i].items(), key=lambda kv: (kv[1], -kv[0]))[0])
-        if not candidates:
-            for m in maps:
-                b = m.best(0)
-                if b >= 0:
-                    candidates.add(m.token_of(b))
-        if not candidates:
-            return None, 0.0
-        lengths = sorted({n for ctx in state.ctx for n in ctx})
-        levels = [[(m, w, ctx.get(n, -1)) for m, w, ctx in zip(maps, weights, state.ctx)] for n in lengths]
-        # the prefix memory, one level per map from static to learned: a recalled past utterance of
-        # this user's is more specific than the domain's thousand utterances that began alike
-        prefix_levels = [[(m, w, p)] for m, w, p in zip(self._recall_maps, self._recall_weights, state.prefix)]
-        gap_total = sum(w * c for w, c in zip(weights, gap_c))
-        gap_fan = len({t for f in gap_f for t in f})
-        gamma = self.backoff
-        total0 = sum(w * m.count(0) for m, w in zip(maps, weights))
-        best_tok, best_p = None, -1.0
-        for tok in sorted(candidates):
-            hit = sum(w * m.count(k) for m, w in zip(maps, weights) if (k := m.child(0, tok)) >= 0)
-            p = hit / total0 if total0 else 0.0
-            for level in levels:
-                p = _blend(level, tok, p, gamma)
-            if gap_total:
-                c_tok = sum(w * f.get(tok, 0) for w, f in zip(weights, gap_f))
-                lam = self.gap_backoff * gap_fan
-                p = (c_tok + lam * p) / (gap_total + lam)
-            for level in prefix_levels:
-                p = _blend(level, tok, p, gamma)
-            if p > best_p:
-                best_tok, best_p = tok, p
-        return best_tok, best_p
-
-
-def _blend(level: list, tok: int, p_lower: float, gamma: float) -> float:
-    """One Witten-Bell step: this level's counts, backing off to ``p_lower`` by its fan-out."""
-    c_tot = fan = c_tok = 0.0
-    for m, w, node in level:
-        if node < 0 or not m.fanout(node):
-            continue
-        c_tot += w * m.count(node)
-        fan += m.fanout(node)
-        kid = m.child(node, tok)
-        if kid >= 0:
-            c_tok += w * m.count(kid)
-    if not c_tot:
-        return p_lower
-    lam = gamma * fan
-    return (c_tok + lam * p_lower) / (c_tot + lam)
