@@ -25,7 +25,7 @@ from .decoding_options import seek_clips, suppressed_ids, window_prompt
 from .drafters.base import Drafter, WindowContext
 from .drafters.bigram import BigramGuesser, map_then_bigram
 from .drafters.chain import DrafterChain
-from .errors import SpecWhisperError
+from .errors import OptionError, SpecWhisperError
 from .fallback import (
     Attempt,
     compression_ratio,
@@ -213,13 +213,16 @@ class WhisperEngine:
         ``draft_ahead``: run the draft model on its own thread ahead of the main decoder (default:
         on CPU where the decoder has an instance of its own, i.e. a core the decoder leaves idle).
         ``loaded``: the model of another engine, shared instead of loaded again (engines with other
-        drafters on one model in memory; windows of all of them are decoded one at a time)."""
+        drafters on one model in memory; windows of all of them are decoded one at a time). Its
+        device, threads, compute type, encoder and batch decoder hold; an explicit ``encoder``,
+        ``batch_decoder`` or ``decoder_threads`` that differs from its own is an error."""
         if device not in ("cpu", "cuda"):
             raise SpecWhisperError(f"unknown device {device!r}", where="--device", hint="use cpu or cuda")
         if threads < 1:
             raise SpecWhisperError(f"threads must be >= 1, got {threads}", where="--threads")
         t0 = time.perf_counter()
         if loaded is not None:  # its device and threads hold for this engine's drafters too
+            _check_shared_model(loaded, encoder=encoder, batch_decoder=batch_decoder, decoder_threads=decoder_threads)
             self.model_dir, self.lm = loaded.model_dir, loaded
             device, threads = loaded.device, loaded.threads
             compute_type = loaded.requested_compute_type
@@ -942,6 +945,19 @@ class WhisperEngine:
             raise SpecWhisperError("nothing learned: the engine was created without learn=True",
                                    where="--learn-save", hint="add --learn")
         return self.tokenmap_drafter.save(path)
+
+
+def _check_shared_model(loaded: LoadedModel, *, encoder: str, batch_decoder: str,
+                        decoder_threads: int | None) -> None:
+    """Refuse settings an engine on a shared model cannot have (they belong to the model, which
+    another engine loaded): silently running with the shared model's would mislead a benchmark."""
+    conflicts = [f"{name}={asked!r} (it runs {runs!r})" for name, asked, runs, default in (
+        ("encoder", encoder, loaded.encoder_choice.name, "auto"),
+        ("batch_decoder", batch_decoder, loaded.batch_decoder_choice, "auto"),
+        ("decoder_threads", decoder_threads, loaded.decoder_threads, None)) if asked != default and asked != runs]
+    if conflicts:
+        raise OptionError(f"the shared model cannot take {', '.join(conflicts)}", where="WhisperEngine(loaded=...)",
+                          hint="leave these out to use the shared model's, or load the model again with them")
 
 
 def _tokenmap_language(tmap, tokenizer) -> str | None:

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from specwhisper.errors import OptionError
 from specwhisper.policy import AdaptiveDraftLength, VerifyCost, choose_numerics, realised_speedup
 
 
@@ -142,3 +143,13 @@ def test_engines_can_share_one_loaded_model(base_engine, shared_data):
     for numerics in ("single-row", "batch-invariant"):
         assert other.transcribe(path, language="en", numerics=numerics).tokens == \
             base_engine.transcribe(path, language="en", numerics=numerics).tokens
+    # settings that belong to the model: the shared model's own are accepted, others refused
+    lm = base_engine.lm
+    same = WhisperEngine(loaded=lm, prompt_lookup=False, encoder=lm.encoder_choice.name,
+                         batch_decoder=lm.batch_decoder_choice, decoder_threads=lm.decoder_threads)
+    assert same.lm is lm
+    other_encoder = "onnx" if lm.encoder_choice.name == "ct2" else "ct2"
+    with pytest.raises(OptionError, match=f"(?s)encoder='{other_encoder}'.*load the model again"):
+        WhisperEngine(loaded=lm, encoder=other_encoder)
+    with pytest.raises(OptionError, match="decoder_threads=7"):
+        WhisperEngine(loaded=lm, decoder_threads=7)
