@@ -405,8 +405,8 @@ class LiveStream(ChunkConsumer):
         "his gospel" in two, and the next passes heard it again); trimming early loses words,
         trimming a little late only shortens the silence before the next ones."""
         end, previous = current[close], self._previous
-        if previous is not None and close < len(previous) and previous[close] >= self._tb:
-            end = max(end, previous[close])
+        if previous is not None and close < len(previous) and self._starts_with(previous, current[:close + 1]):
+            end = max(end, previous[close])  # the same segment end in both (not a pass that said otherwise)
         if close + 1 < len(current) and current[close + 1] >= self._tb:
             end = min(end, current[close + 1])
         return end

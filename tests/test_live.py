@@ -333,5 +333,7 @@ def test_a_segment_is_trimmed_at_the_later_of_two_agreeing_ends(engine):
     stream._previous = [tb] + words + [tb + 388]
     assert stream._trim_point([tb] + words + [tb + 350], len(words) + 1) == tb + 388
     assert stream._trim_point([tb] + words + [tb + 350, tb + 360, words[0]], len(words) + 1) == tb + 360
+    stream._previous = [tb] + words[:-1] + [tb + 300, tb + 388]  # a pass that ended elsewhere: not the same end
+    assert stream._trim_point([tb] + words + [tb + 350], len(words) + 1) == tb + 350
     stream._previous = None
     assert stream._trim_point([tb] + words + [tb + 350], len(words) + 1) == tb + 350
