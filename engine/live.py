@@ -229,8 +229,11 @@ class LiveStream(ChunkConsumer):
                 if any(t < self._eot for t in current[:done]):
                     return self._cut_after_words(buffer, current, done, events)
                 ends = [i for i in range(max(1, begin), len(current)) if self._closes(current, i)]
-                if not ends and any(t < self._eot for t in current[begin:]):
-                    return self._cut_after_words(buffer, current, len(current), events)
+                # its last word may be cut off (a capped pass): it stays for the next pass with its audio
+                starts = [i for i in range(begin + 1, len(current))
+                          if self._starts_word(current[i]) and any(t < self._eot for t in current[begin:i])]
+                if not ends and starts:
+                    return self._cut_after_words(buffer, current, starts[-1], events)
                 done, close_all = (ends[-1] + 1, False) if ends else (len(current), True)
         self._commit(current, done, events)
         if self._unsure and not final:
@@ -249,7 +252,7 @@ class LiveStream(ChunkConsumer):
         """Commit ``current[:done]``, end its segment where its last word ends and cut the buffer
         there, keeping the audio after it for the next passes."""
         cut = self._word_end(buffer, current[:done])
-        self._commit(current, done, events)
+        self._commit(current, done, events, open_end=cut)
         self._close_open(events, cut)
         self._drop(cut)
         return events + self._tail_event("", self._time(self._offset))
@@ -365,9 +368,10 @@ class LiveStream(ChunkConsumer):
         tb = self._tb
         return len(tokens) >= len(prefix) and all(a == b or (a >= tb and b >= tb) for a, b in zip(tokens, prefix))
 
-    def _commit(self, current: list[int], done: int, events: list[LiveEvent]) -> None:
+    def _commit(self, current: list[int], done: int, events: list[LiveEvent], open_end: int | None = None) -> None:
         """Commit ``current[len(prefix):done]``: events for it, the prompt context, and where a
-        segment closed in it, the buffer trimmed at its end (the rest of the pass is rebased there)."""
+        segment closed in it, the buffer trimmed at its end (the rest of the pass is rebased there).
+        ``open_end``: where the open segment's text ends, in samples into the buffer, where known."""
         start = len(self._prefix)
         last_close, piece = None, []
         seg_start = self._segment_start(current, start)
@@ -383,8 +387,8 @@ class LiveStream(ChunkConsumer):
                 piece.append(t)
         if piece:
             ahead = next((i for i in range(done, len(current)) if self._closes(current, i)), None)
-            estimate = self._time_of(current[ahead]) if ahead is not None else \
-                self._time(self._offset + self._buffer.size)
+            estimate = self._time(self._offset + open_end) if open_end is not None else \
+                self._time_of(current[ahead]) if ahead is not None else self._time(self._offset + self._buffer.size)
             events.append(self._event("commit", piece, seg_start, estimate, False))
         committed = [t for t in current[start:done] if t < self._eot]
         self._context.extend(committed)

@@ -214,8 +214,9 @@ class WhisperEngine:
         on CPU where the decoder has an instance of its own, i.e. a core the decoder leaves idle).
         ``loaded``: the model of another engine, shared instead of loaded again (engines with other
         drafters on one model in memory; windows of all of them are decoded one at a time). Its
-        device, threads, compute type, encoder and batch decoder hold; an explicit ``encoder``,
-        ``batch_decoder`` or ``decoder_threads`` that differs from its own is an error."""
+        device, threads, compute type, encoder and batch decoder hold (``device``, ``threads`` and
+        ``compute_type`` are not read); an explicit ``encoder`` (other than the one it runs),
+        ``batch_decoder`` (other than the one it was loaded with) or ``decoder_threads`` is an error."""
         if device not in ("cpu", "cuda"):
             raise SpecWhisperError(f"unknown device {device!r}", where="--device", hint="use cpu or cuda")
         if threads < 1:
@@ -951,10 +952,17 @@ def _check_shared_model(loaded: LoadedModel, *, encoder: str, batch_decoder: str
                         decoder_threads: int | None) -> None:
     """Refuse settings an engine on a shared model cannot have (they belong to the model, which
     another engine loaded): silently running with the shared model's would mislead a benchmark."""
-    conflicts = [f"{name}={asked!r} (it runs {runs!r})" for name, asked, runs, default in (
+    from .backend import BATCH_DECODERS
+    from .encoders import ENCODERS
+
+    for name, value, known in (("encoder", encoder, ENCODERS), ("batch_decoder", batch_decoder, BATCH_DECODERS)):
+        if value not in known:
+            raise OptionError(f"unknown {name} {value!r}", where=f"WhisperEngine({name}=...)",
+                              hint=f"use one of {', '.join(known)}")
+    conflicts = [f"{name}={asked!r} (it has {has!r})" for name, asked, has, default in (
         ("encoder", encoder, loaded.encoder_choice.name, "auto"),
         ("batch_decoder", batch_decoder, loaded.batch_decoder_choice, "auto"),
-        ("decoder_threads", decoder_threads, loaded.decoder_threads, None)) if asked != default and asked != runs]
+        ("decoder_threads", decoder_threads, loaded.decoder_threads, None)) if asked != default and asked != has]
     if conflicts:
         raise OptionError(f"the shared model cannot take {', '.join(conflicts)}", where="WhisperEngine(loaded=...)",
                           hint="leave these out to use the shared model's, or load the model again with them")

@@ -238,8 +238,8 @@ class BatchedInferencePipeline:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise SpecWhisperError(f"batch_size must be an integer >= 1, got {batch_size!r}", where="batch_size",
                                    hint="use e.g. 8")
-        waveform = _waveform(audio)
         length = check_chunk_length(chunk_length) or 30  # before any work, as WhisperModel.transcribe
+        waveform = _waveform(audio)
         vad_options = None
         if clip_timestamps:
             spans = [(float(c["start"]), float(c["end"])) for c in clip_timestamps]

@@ -153,3 +153,5 @@ def test_engines_can_share_one_loaded_model(base_engine, shared_data):
         WhisperEngine(loaded=lm, encoder=other_encoder)
     with pytest.raises(OptionError, match="decoder_threads=7"):
         WhisperEngine(loaded=lm, decoder_threads=7)
+    with pytest.raises(OptionError, match="unknown encoder 'bogus'"):
+        WhisperEngine(loaded=lm, encoder="bogus")
