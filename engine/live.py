@@ -229,11 +229,11 @@ class LiveStream(ChunkConsumer):
                 if any(t < self._eot for t in current[:done]):
                     return self._cut_after_words(buffer, current, done, events)
                 ends = [i for i in range(max(1, begin), len(current)) if self._closes(current, i)]
-                # its last word may be cut off (a capped pass): it stays for the next pass with its audio
-                starts = [i for i in range(begin + 1, len(current))
-                          if self._starts_word(current[i]) and any(t < self._eot for t in current[begin:i])]
-                if not ends and starts:
-                    return self._cut_after_words(buffer, current, starts[-1], events)
+                if not ends:  # its last word may be cut off (a capped pass): it stays, with its audio
+                    first = next((i for i in range(begin, len(current)) if current[i] < self._eot), len(current))
+                    last = next((i for i in range(len(current) - 1, first, -1) if self._starts_word(current[i])), None)
+                    if last is not None:
+                        return self._cut_after_words(buffer, current, last, events)
                 done, close_all = (ends[-1] + 1, False) if ends else (len(current), True)
         self._commit(current, done, events)
         if self._unsure and not final:
@@ -378,8 +378,8 @@ class LiveStream(ChunkConsumer):
         for i in range(start, done):
             t = current[i]
             if self._closes(current, i):
-                end = self._time_of(self._trim_point(current, i))
-                events.append(self._event("commit", piece, seg_start, end, True))
+                trim = self._trim_point(current, i)
+                events.append(self._event("commit", piece, seg_start, self._time_of(trim), True))
                 last_close, piece = i, []
             elif t >= self._tb:
                 seg_start = self._time_of(t)
@@ -396,7 +396,7 @@ class LiveStream(ChunkConsumer):
         if last_close is None:
             self._prefix, self._previous = current[:done], current
             return
-        shift = self._trim_point(current, last_close) - self._tb
+        shift = trim - self._tb  # the last closed segment's
         rest = [max(t - shift, self._tb) if t >= self._tb else t for t in current[last_close + 1:]]
         self._drop(min(shift * SAMPLES_PER_TIMESTAMP, self._buffer.size))
         self._prefix, self._previous = rest[:done - last_close - 1], rest

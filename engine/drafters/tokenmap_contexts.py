@@ -41,6 +41,14 @@ class BlendedContexts:
         self._cache_tokens: list[int] = []
         self._cache_state = self.initial()
 
+    def end_window(self, learned: bool) -> None:
+        """Back to the maps' own views for the next window; ``learned``: a learned map took an
+        utterance, so the gapped lookups cached from it are stale too."""
+        if learned:
+            self.gap_cache.clear()
+        self.reset()
+        self.recall_maps = list(self.maps)
+
     def initial(self) -> ContextState:
         prefix = tuple(m.begin_node for m in self.maps)
         anchor = tuple(p if p >= 0 and m.count(p) >= self.anchor_min else -1 for m, p in zip(self.maps, prefix))
@@ -86,7 +94,7 @@ class BlendedContexts:
                 anchors.append(state.anchor[i])
                 anchor_lens.append(state.anchor_len[i])
         return ContextState(tuple(ctxs), tuple(prefixes), tuple(anchors), tuple(anchor_lens), length,
-                      (state.tail + (token,))[-_TAIL:])
+                            (state.tail + (token,))[-_TAIL:])
 
     def _gapped(self, state: ContextState) -> tuple[list[dict[int, int]], list[int]]:
         """Per map: followers and count of the longest recent tail found below the template anchor."""

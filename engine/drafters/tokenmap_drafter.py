@@ -137,9 +137,7 @@ class TokenMapDrafter:
             before = self.dynamic.learned
             self.dynamic.add(tokens, self._speech_s)
             self.stats["learned"] += self.dynamic.learned - before
-            self.contexts.gap_cache.clear()
-        self.contexts.reset()
-        self.contexts.recall_maps = list(self._maps)  # the learned trie changed: a view's cached counts are stale
+        self.contexts.end_window(learned=self.dynamic is not None)  # a view's cached counts are stale
 
     # --- extras -------------------------------------------------------------------------------
     def knows_start(self, tokens: Sequence[int]) -> bool:
