@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from specwhisper.encoders import ENCODERS
 from specwhisper.errors import SpecWhisperError
 
 from .data import HALVES, SUITES, parse_limits
@@ -43,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(e.g. --limit 4 --limit longform=1)")
     r.add_argument("--half", choices=HALVES, default=None,
                    help="a fixed half of every set by voice: tune on one, report on the other (default: all)")
-    r.add_argument("--encoder", default="auto", choices=("auto", "ct2", "onnx"), help="our engine's encoder")
+    r.add_argument("--encoder", default="auto", choices=ENCODERS, help="our engine's encoder")
     r.add_argument("--audio-ctx", default="full", help="our engine's encoder window on short clips (full, auto, N)")
     r.add_argument("--out", type=Path, default=Path("results"))
     r.add_argument("--threads", type=int, default=2)

@@ -38,6 +38,8 @@ SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
     SystemSpec("spec-prompt-lookup", "ours", "our engine, prompt-lookup drafter only"),
     SystemSpec("spec-draft-model", "ours", "our engine, draft-model drafter only (--draft)"),
     SystemSpec("spec-combined", "ours", "our engine, all drafters, numerics=auto (what users get)"),
+    SystemSpec("spec-combined-onnx", "ours", "spec-combined with the main encoder pinned to ONNX Runtime's graph "
+               "(what the encoder choice adds, side by side)"),
     SystemSpec("fork-generate", "fork", "the fork's generate(), beam 1"),
     SystemSpec("fork-spec-self", "fork", "the fork's C++ generate_speculative, draft = the model itself"),
     SystemSpec("fork-spec-draft", "fork", "the fork's C++ generate_speculative, draft = --draft with d2m/m2d"),
@@ -48,7 +50,7 @@ SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
 
 # Which greedy run a system's tokens must equal ("identical to greedy"): speculation runs in
 # batch-invariant numerics, everything else is compared with single-row greedy (= CT2 generate).
-REFERENCE_FOR = {name: ("greedy-batch-invariant" if name.startswith("spec-") and name != "spec-combined"
+REFERENCE_FOR = {name: ("greedy-batch-invariant" if name.startswith("spec-") and not name.startswith("spec-combined")
                         else "greedy-single-row") for name in SYSTEMS if not name.startswith("greedy-")}
 REFERENCE_FOR["greedy-batch-invariant"] = "greedy-single-row"
 
@@ -112,17 +114,20 @@ class EnginePool:
     config: BenchConfig
     engines: dict[tuple, object] = field(default_factory=dict)
 
-    def get(self, *, tokenmap: Path | None = None, prompt_lookup: bool = False, draft_model: str | None = None):
-        """An engine with exactly these drafters; options the engine does not know raise Unavailable."""
+    def get(self, *, tokenmap: Path | None = None, prompt_lookup: bool = False, draft_model: str | None = None,
+            encoder: str | None = None):
+        """An engine with exactly these drafters (and ``encoder``, else the run's); options the engine
+        does not know raise Unavailable."""
         from specwhisper import WhisperEngine
 
-        key = (str(tokenmap) if tokenmap else None, prompt_lookup, draft_model)
+        encoder = encoder or self.config.encoder
+        key = (str(tokenmap) if tokenmap else None, prompt_lookup, draft_model, encoder)
         if key in self.engines:
             return self.engines[key]
         kwargs: dict = {"device": self.config.device, "compute_type": self.config.compute_type,
                         "threads": self.config.threads}
         if _explicit(WhisperEngine.__init__, "encoder"):
-            kwargs["encoder"] = self.config.encoder
+            kwargs["encoder"] = encoder
         wanted = {"tokenmap": str(tokenmap) if tokenmap else None, "prompt_lookup": prompt_lookup,
                   "draft_model": draft_model}
         for name, value in wanted.items():
@@ -177,8 +182,8 @@ class EngineSystem:
     """Our engine's ``transcribe`` with one drafter configuration and numerics."""
 
     def __init__(self, name: str, pool: EnginePool, *, numerics: str, speculation: bool, tokenmap: bool = False,
-                 prompt_lookup: bool = False, draft: bool = False) -> None:
-        self.name, self.pool = name, pool
+                 prompt_lookup: bool = False, draft: bool = False, encoder: str | None = None) -> None:
+        self.name, self.pool, self.encoder = name, pool, encoder
         self.numerics, self.speculation = numerics, speculation
         self.want_tokenmap, self.prompt_lookup, self.want_draft = tokenmap, prompt_lookup, draft
         self.engine = None
@@ -193,11 +198,13 @@ class EngineSystem:
         if self.want_draft and not draft and self.name == "spec-draft-model":
             raise Unavailable("no draft model given (--draft)")
         try:
-            self.engine = self.pool.get(tokenmap=tokenmap, prompt_lookup=self.prompt_lookup, draft_model=draft)
+            self.engine = self.pool.get(tokenmap=tokenmap, prompt_lookup=self.prompt_lookup, draft_model=draft,
+                                        encoder=self.encoder)
         except Unavailable:
-            if self.name != "spec-combined" or not draft:
+            if not self.name.startswith("spec-combined") or not draft:
                 raise
-            self.engine = self.pool.get(tokenmap=tokenmap, prompt_lookup=self.prompt_lookup)  # combined minus draft
+            self.engine = self.pool.get(tokenmap=tokenmap, prompt_lookup=self.prompt_lookup,
+                                        encoder=self.encoder)  # combined minus draft
 
     def run(self, clip: Clip, audio: np.ndarray, npy: Path) -> dict:
         eng = self.engine
@@ -436,9 +443,9 @@ def build_systems(names: list[str], pool: EnginePool, worker_factory: Callable[[
             out.append(EngineSystem(name, pool, numerics="batch-invariant", speculation=True, prompt_lookup=True))
         elif name == "spec-draft-model":
             out.append(EngineSystem(name, pool, numerics="batch-invariant", speculation=True, draft=True))
-        elif name == "spec-combined":
-            out.append(EngineSystem(name, pool, numerics="auto", speculation=True, tokenmap=True,
-                                    prompt_lookup=True, draft=True))
+        elif name in ("spec-combined", "spec-combined-onnx"):
+            out.append(EngineSystem(name, pool, numerics="auto", speculation=True, tokenmap=True, prompt_lookup=True,
+                                    draft=True, encoder="onnx" if name.endswith("-onnx") else None))
         elif name == "fork-generate":
             out.append(ForkGenerate(pool))
         elif name == "fork-spec-self":

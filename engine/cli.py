@@ -118,8 +118,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "self-test passes, unless the ONNX Runtime invariant decoder is faster (then every "
                         "window decodes on it), else the invariant decoder")
     p.add_argument("--encoder", default="auto", choices=ENCODERS,
-                   help="auto = the faster of CTranslate2's encoder and an ONNX Runtime graph of the model's "
-                        "weights, measured once per machine and cached")
+                   help="auto = the fastest of CTranslate2's encoder and graphs of the model's weights on "
+                        "ONNX Runtime and (where the openvino extra is installed) OpenVINO, measured once "
+                        "per machine and cached")
 
 
 def _add_optional_subcommands(sub) -> None:

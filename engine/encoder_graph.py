@@ -23,7 +23,7 @@ from .errors import ModelError
 from .onnx_build import GraphBuilder, float_weight, int8_linear, read_weights, serialize
 
 ENCODER_GRAPH_VERSION = 1  # part of the cached file's name: a changed graph is built again
-PRECISIONS = ("int8", "int8-tensor", "float32")
+PRECISIONS = ("int8", "int8-tensor", "int8-weights", "float32")
 
 
 def _linear(b: GraphBuilder, x: str, prefix: str) -> str:
@@ -33,7 +33,16 @@ def _linear(b: GraphBuilder, x: str, prefix: str) -> str:
     activations quantized per row as CTranslate2 does, so the output stays as close to its encoder
     as its own int8 is: mean |difference| 0.02 on base, where its int8 and float32 differ by 0.06;
     or a float MatMul). ``int8-tensor``: ONNX Runtime's ``DynamicQuantizeMatMul`` (one activation
-    scale per call: 10 % faster, 0.14 off; measured, not used by the engine)."""
+    scale per call: 10 % faster, 0.14 off; measured, not used by the engine). ``int8-weights``:
+    CTranslate2's int8 weight rows cast and scaled in the graph, activations left in float: the
+    pattern OpenVINO keeps as compressed weights and multiplies in its own precision (bfloat16
+    where the CPU has it; ``OpenVinoEncoder``)."""
+    if b.precision == "int8-weights":
+        weight, scale, bias = int8_linear(b.w, prefix)
+        rows = b.op("Mul", [b.op("Cast", [b.const(np.ascontiguousarray(weight.astype(np.int8)), "wq")], to=b.tp.FLOAT),
+                            b.const((1.0 / scale.astype(np.float64)).astype(np.float32)[:, None], "ws")])
+        y = b.op("MatMul", [x, b.op("Transpose", [rows], perm=[1, 0])])
+        return b.op("Add", [y, b.const(bias.astype(np.float32), "b")]) if bias is not None else y
     if b.precision != "int8-tensor":
         return b.linear(x, prefix)
     weight, scale, bias = int8_linear(b.w, prefix)

@@ -1,22 +1,25 @@
 """Encoder backends behind one small interface: ``encode(features) -> encoder output`` for ``prefill``.
 
-Two backends: the fork's CTranslate2 encoder, and an ONNX Runtime graph generated from the same
+Three backends: the fork's CTranslate2 encoder; an ONNX Runtime graph generated from the same
 model's weights (``encoder_graph``), which ran a 30 s window about twice as fast on this project's
-AVX-512 EPYC (1.1-1.3x on the short windows of ``--audio-ctx``).
-``auto`` checks the graph against CTranslate2's encoder and times both once per machine, model,
-compute type and threads (cached beside the self-test), then keeps the faster (where the graph
-is slower it is not even built on later loads). Why a choice and
-not a switch: the graph's int8 activations round like CTranslate2's (per row), not bit for bit, so
-its tokens are its own numerics (speculation stays exact within it; ``Result.encoder`` says which
-ran), and on a CPU without fast int8 the gain may vanish.
+AVX-512 EPYC (1.1-1.3x on the short windows of ``--audio-ctx``); and, where the optional
+``openvino`` package is installed, a graph of the same weights run by OpenVINO, in bfloat16 where the
+CPU has it (a further 1.2-1.3x at a 30 s window on that EPYC).
+``auto`` checks each graph against CTranslate2's encoder and times them once per machine, model,
+compute type, threads and library versions (cached beside the self-test), then keeps the fastest
+(graphs slower than CTranslate2's are not even built on later loads). Why a choice and not a
+switch: no graph rounds bit for bit as CTranslate2 does, so its tokens are its own numerics
+(speculation stays exact within it; ``Result.encoder`` says which ran), and on a CPU without fast
+int8 or bfloat16 the gain may vanish.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -25,8 +28,8 @@ import numpy as np
 from .errors import ModelError
 from .ort_session import cpu_session_options
 
-ENCODERS = ("auto", "ct2", "onnx")
-CHOICE_VERSION = 1  # part of the cached choice's key
+ENCODERS = ("auto", "ct2", "onnx", "openvino")
+CHOICE_VERSION = 2  # part of the cached choice's key
 # A graph whose output is further from CTranslate2's (mean |difference| over mean |output|) is broken:
 # base's per-row int8 graph is at 0.03 of CTranslate2's int8, CTranslate2's own int8 at 0.08 of its float32.
 MAX_RELATIVE_DIFF = 0.15
@@ -84,6 +87,48 @@ class OnnxEncoder:
         return ctranslate2.StorageView.from_array(self._session.run(None, {"features": features})[0])
 
 
+class OpenVinoEncoder:
+    """The model's encoder through OpenVINO's CPU runtime (an optional extra), from an ONNX graph of
+    the model's own weights. Why a third backend: where the CPU multiplies bfloat16 in hardware
+    (AVX512_BF16, AMX) OpenVINO runs the attention and the linears (CTranslate2's int8 weight rows,
+    decompressed inside its kernels) in bfloat16, about twice the float32 rate ONNX Runtime's
+    attention is bound by. Elsewhere it computes in float32 and ``auto`` will rarely pick it."""
+
+    name = "openvino"
+
+    def __init__(self, model_dir: Path, precision: str, threads: int) -> None:
+        try:
+            import openvino as ov
+        except ImportError:
+            raise ModelError("the OpenVINO encoder needs openvino", where="--encoder openvino",
+                             hint="pip install 'specwhisper[openvino]', or use --encoder onnx or ct2") from None
+        self.graph = "int8-weights" if precision == "int8" else precision
+        self.path = graph_path(model_dir, self.graph)
+        if not self.path.is_file():
+            _build(model_dir, self.graph, self.path)
+        core = ov.Core()
+        bf16 = precision == "int8" and "BF16" in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+        self.inference_precision = "bf16" if bf16 else "f32"
+        try:
+            compiled = core.compile_model(core.read_model(str(self.path)), "CPU", {
+                "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": self.inference_precision,
+                "PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": False})
+        except Exception as exc:  # OpenVINO raises RuntimeError subclasses of its own; a damaged file is rebuilt
+            self.path.unlink(missing_ok=True)
+            raise ModelError(f"OpenVINO cannot compile the encoder graph: {exc}", where=str(self.path),
+                             hint="run again to rebuild it, or use --encoder onnx or ct2") from None
+        self._request = compiled.create_infer_request()
+        self._lock = threading.Lock()  # one infer request: a window at a time (a draft model has its own encoder)
+
+    def encode(self, features: np.ndarray):
+        import ctranslate2
+
+        with self._lock:
+            self._request.infer({0: np.ascontiguousarray(features[None], dtype=np.float32)})
+            output = np.array(self._request.get_output_tensor(0).data)  # a copy: the request reuses its buffer
+        return ctranslate2.StorageView.from_array(output)
+
+
 def graph_path(model_dir: Path, precision: str) -> Path:
     """Where the generated graph is kept: beside a model of the store, else in the cache (a user's
     own model directory is not written to), named after the model file it was built from."""
@@ -115,23 +160,28 @@ def onnx_precision(compute_type: str) -> str | None:
 
 @dataclass(frozen=True)
 class EncoderChoice:
-    """Which encoder runs and why; the timings (ms per 30 s window) and the graph's distance from
-    CTranslate2's output on the bundled sample where they were measured."""
+    """Which encoder runs and why; where measured, each backend's median ms per 30 s window on the
+    bundled sample (``ms``) and each graph backend's distance from CTranslate2's output there
+    (``relative_diff``: mean |difference| over mean |output|)."""
 
     name: str
     reason: str
-    ct2_ms: float | None = None
-    onnx_ms: float | None = None
-    relative_diff: float | None = None
+    ms: dict[str, float] = field(default_factory=dict)
+    relative_diff: dict[str, float] = field(default_factory=dict)
+
+
+GRAPH_BACKENDS = {"onnx": ("ONNX", OnnxEncoder), "openvino": ("OpenVINO", OpenVinoEncoder)}
 
 
 def choose_encoder(choice: str, *, model, model_dir: Path, device: str, compute_type: str, threads: int,
                    n_mels: int, cache_key: str, use_cache: bool = True) -> tuple[Encoder, EncoderChoice]:
-    """The encoder for ``choice`` (auto, ct2, onnx) and the record of how it was chosen.
+    """The encoder for ``choice`` (auto, ct2, onnx, openvino) and the record of how it was chosen.
 
     ``model``: the loaded CTranslate2 model (its encoder, and the reference for the check).
-    Without onnxruntime or on a failed build, ``auto`` runs CTranslate2's encoder with a warning
-    saying why; ``onnx`` asked for explicitly is an error then."""
+    ``auto`` checks every graph backend that is installed against CTranslate2's encoder, times
+    those that pass beside it once per machine, model, compute type, threads and library versions
+    (cached), and runs the fastest; a backend that fails (not installed, build, check) is passed
+    over with a warning saying why. A backend asked for explicitly is an error then."""
     from .backend import cache_get, cache_put
 
     if choice not in ENCODERS:
@@ -142,74 +192,143 @@ def choose_encoder(choice: str, *, model, model_dir: Path, device: str, compute_
     precision = onnx_precision(compute_type)
     if device != "cpu" or precision is None:
         why = f"no ONNX encoder for {device} {compute_type}"
-        if choice == "onnx":
-            raise ModelError(why, where="--encoder onnx", hint="use --encoder ct2 (or auto), or a CPU int8/float32 model")
+        if choice != "auto":
+            raise ModelError(why, where=f"--encoder {choice}", hint="use --encoder ct2 (or auto), or a CPU int8/float32 model")
         return ct2, EncoderChoice("ct2", why)
-    key = f"encoder-v{CHOICE_VERSION}|{cache_key}|{_ort_tag()}|{precision}"
+    if choice != "auto":
+        return _explicit(choice, ct2, model_dir, precision, threads, n_mels, cache_key, use_cache)
+    backends = [name for name in GRAPH_BACKENDS if name == "onnx" or _installed(name)]
+    key = f"encoder-v{CHOICE_VERSION}|{cache_key}|{_library_tag(backends)}|{precision}"
     cached = cache_get(key) if use_cache else None
-    record = EncoderChoice(**cached) if isinstance(cached, dict) else None
-    if choice == "auto" and record is not None and record.ct2_ms is not None and record.onnx_ms is not None \
-            and record.ct2_ms <= record.onnx_ms:  # measured slower here: not even built
-        return ct2, EncoderChoice("ct2", "the faster here (measured once, cached)", record.ct2_ms, record.onnx_ms,
-                                  record.relative_diff)
+    if isinstance(cached, dict):
+        record = EncoderChoice(**cached)
+        if record.name == "ct2":  # measured slower here: the graphs are not even built
+            return ct2, EncoderChoice("ct2", "the fastest here (measured once, cached)", record.ms, record.relative_diff)
+        try:
+            encoder = GRAPH_BACKENDS[record.name][1](model_dir, precision, threads)
+            return encoder, EncoderChoice(record.name, "the fastest here (measured once, cached)", record.ms,
+                                          record.relative_diff)
+        except Exception as exc:  # noqa: BLE001 - a graph that no longer loads: measure again without the cache
+            _warn_unavailable(record.name, exc)
+    encoders: dict[str, Encoder] = {"ct2": ct2}
+    passed_over: list[str] = []
+    diffs: dict[str, float] = {}
+    for name in backends:
+        try:
+            encoder = GRAPH_BACKENDS[name][1](model_dir, precision, threads)
+            diffs[name] = _check(ct2, encoder, n_mels)
+        except Exception as exc:  # noqa: BLE001 - any failure of a graph (build, disk, runtime, check) passes it over
+            passed_over.append(_warn_unavailable(name, exc))
+            continue
+        if diffs[name] > MAX_RELATIVE_DIFF:
+            passed_over.append(_warn_unavailable(name, ModelError(_too_far(name, diffs[name]))))
+            continue
+        encoders[name] = encoder
+    ms = _time(encoders, n_mels)
+    fastest = min(ms, key=ms.get)
+    record = EncoderChoice(fastest, "measured", ms, diffs)
+    if not passed_over and use_cache:  # a failure is not kept: the next load tries again
+        cache_put(key, asdict(record))
+    reason = "; ".join(["the fastest here (measured once, cached)", *passed_over])
+    return encoders[fastest], EncoderChoice(fastest, reason, ms, diffs)
+
+
+def _explicit(name: str, ct2: CT2Encoder, model_dir: Path, precision: str, threads: int, n_mels: int,
+              cache_key: str, use_cache: bool) -> tuple[Encoder, EncoderChoice]:
+    """A graph backend asked for by name: built and checked against CTranslate2's encoder (the
+    check cached), never replaced by another; any failure is an error saying what to do."""
+    from .backend import cache_get, cache_put
+
+    label, cls = GRAPH_BACKENDS[name]
     try:
-        onnx = OnnxEncoder(model_dir, precision, threads)
-        if record is None or (choice == "auto" and (record.onnx_ms is None or record.ct2_ms is None)):
-            record = _measure(ct2, onnx, n_mels, timed=choice == "auto")
-            if record.relative_diff is not None:  # a failed check is not kept: the next load checks again
-                cache_put(key, asdict(record))
-    except Exception as exc:  # noqa: BLE001 - any failure of the graph (build, disk, ORT) falls back under auto
-        what = exc.what if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
-        if choice == "onnx":
-            if isinstance(exc, ModelError):
-                raise
-            raise ModelError(f"the ONNX encoder failed: {what}", where=str(model_dir),
-                             hint="use --encoder ct2 (or auto, which falls back by itself)") from None
-        warnings.warn(f"ONNX encoder unavailable, using CTranslate2's: {what}", stacklevel=3)
-        return ct2, EncoderChoice("ct2", f"ONNX encoder unavailable: {what}")
-    if record.relative_diff is None or record.relative_diff > MAX_RELATIVE_DIFF:
-        message = (f"the ONNX encoder failed its check against CTranslate2's on the bundled sample: {record.reason}"
-                   if record.relative_diff is None else
-                   f"the ONNX encoder's output is {record.relative_diff:.3f} (relative) off CTranslate2's on the "
-                   f"bundled sample (limit {MAX_RELATIVE_DIFF})")
-        if choice == "onnx":
-            raise ModelError(message, where=str(onnx.path), hint="use --encoder ct2 (or auto)")
-        warnings.warn(f"{message}: using CTranslate2's encoder", stacklevel=3)
-        return ct2, EncoderChoice("ct2", message, record.ct2_ms, record.onnx_ms, record.relative_diff)
-    if choice == "onnx":
-        return onnx, EncoderChoice("onnx", "asked for", record.ct2_ms, record.onnx_ms, record.relative_diff)
-    faster = onnx if record.onnx_ms < record.ct2_ms else ct2
-    return faster, EncoderChoice(faster.name, "the faster here (measured once, cached)", record.ct2_ms,
-                                 record.onnx_ms, record.relative_diff)
+        encoder = cls(model_dir, precision, threads)
+    except ModelError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the library's own error types
+        raise ModelError(f"the {label} encoder failed: {type(exc).__name__}: {exc}", where=str(model_dir),
+                         hint="use --encoder ct2 (or auto, which falls back by itself)") from None
+    key = f"encoder-check-v{CHOICE_VERSION}|{cache_key}|{_library_tag([name])}|{precision}"
+    diff = cache_get(key) if use_cache else None
+    if not isinstance(diff, float):
+        try:
+            diff = _check(ct2, encoder, n_mels)
+        except ModelError as exc:
+            raise ModelError(f"the {label} encoder failed its check against CTranslate2's on the bundled sample: "
+                             f"{exc.what}", where=str(model_dir), hint="use --encoder ct2 (or auto)") from None
+        if use_cache:
+            cache_put(key, diff)
+    if diff > MAX_RELATIVE_DIFF:
+        raise ModelError(_too_far(name, diff), where=str(getattr(encoder, "path", model_dir)),
+                         hint="use --encoder ct2 (or auto)")
+    return encoder, EncoderChoice(name, "asked for", relative_diff={name: diff})
 
 
-def _measure(ct2: CT2Encoder, onnx: OnnxEncoder, n_mels: int, timed: bool, rounds: int = 3) -> EncoderChoice:
-    """The graph's output against CTranslate2's on the bundled sample (a full 30 s window), and
-    (``timed``) both encoders timed in turn, ``rounds`` each after a warm-up: medians in ms."""
+def _check(ct2: CT2Encoder, encoder: Encoder, n_mels: int) -> float:
+    """The graph's output against CTranslate2's on the bundled sample (a full 30 s window):
+    mean |difference| over mean |output|. A wrong shape or a non-finite value is a ModelError."""
     from .backend import to_host
     from .features import bundled_sample_window
 
     features = bundled_sample_window(n_mels)
     reference = to_host(ct2.encode(features))
-    output = to_host(onnx.encode(features))
+    output = to_host(encoder.encode(features))
     if output.shape != reference.shape or not np.isfinite(output).all():
-        return EncoderChoice("ct2", f"ONNX encoder output of shape {output.shape}, not {reference.shape}, or not finite")
-    relative = float(np.abs(output - reference).mean() / max(float(np.abs(reference).mean()), 1e-12))
-    if not timed:
-        return EncoderChoice("onnx", "checked", relative_diff=round(relative, 5))
-    seconds: dict[str, list[float]] = {"ct2": [], "onnx": []}
+        raise ModelError(f"output of shape {output.shape}, not {reference.shape}, or not finite", where="encoder check")
+    return round(float(np.abs(output - reference).mean() / max(float(np.abs(reference).mean()), 1e-12)), 5)
+
+
+def _time(encoders: dict[str, Encoder], n_mels: int, rounds: int = 3) -> dict[str, float]:
+    """Each encoder timed in turn on the bundled sample's 30 s window, ``rounds`` each after a
+    warm-up: median ms per window."""
+    from .backend import to_host
+    from .features import bundled_sample_window
+
+    features = bundled_sample_window(n_mels)
+    seconds: dict[str, list[float]] = {name: [] for name in encoders}
+    for encoder in encoders.values():  # warm-up
+        to_host(encoder.encode(features))
     for _ in range(rounds):
-        for encoder in (ct2, onnx):
+        for name, encoder in encoders.items():
             t0 = time.perf_counter()
             to_host(encoder.encode(features))
-            seconds[encoder.name].append(time.perf_counter() - t0)
-    ct2_ms, onnx_ms = (1000.0 * float(np.median(seconds[n])) for n in ("ct2", "onnx"))
-    return EncoderChoice("onnx" if onnx_ms < ct2_ms else "ct2", "measured", round(ct2_ms, 1), round(onnx_ms, 1),
-                         round(relative, 5))
+            seconds[name].append(time.perf_counter() - t0)
+    return {name: round(1000.0 * float(np.median(s)), 1) for name, s in seconds.items()}
 
 
-def _ort_tag() -> str:
+def _too_far(name: str, diff: float) -> str:
+    return (f"the {GRAPH_BACKENDS[name][0]} encoder's output is {diff:.3f} (relative) off CTranslate2's on the "
+            f"bundled sample (limit {MAX_RELATIVE_DIFF})")
+
+
+def _warn_unavailable(name: str, exc: Exception) -> str:
+    """One line saying why ``auto`` passes a graph backend over (also returned for the record)."""
+    what = exc.what if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
+    line = f"{GRAPH_BACKENDS[name][0]} encoder unavailable: {what}"
+    warnings.warn(f"{line}; choosing among the others", stacklevel=4)
+    return line
+
+
+def _installed(name: str) -> bool:
+    """Whether the optional library of a graph backend can be imported (without importing it)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a broken install, or a module blanked in sys.modules
+        return False
+
+
+def _library_tag(backends: list[str]) -> str:
+    """The versions that decide what the graphs compute and how fast (cached choices are keyed by them)."""
     from .encoder_graph import ENCODER_GRAPH_VERSION
     from .onnx_build import ort_tag
 
-    return ort_tag(f"e{ENCODER_GRAPH_VERSION}")
+    tag = ort_tag(f"e{ENCODER_GRAPH_VERSION}")
+    if "openvino" in backends:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            tag += f"|ov{version('openvino')}"
+        except PackageNotFoundError:
+            tag += "|ov?"
+    return tag

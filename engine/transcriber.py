@@ -205,8 +205,9 @@ class WhisperEngine:
                  decoder_threads: int | None = None, pipeline: bool = True,
                  draft_ahead: bool | None = None, loaded: LoadedModel | None = None,
                  batch_decoder: str = "auto", encoder: str = "auto") -> None:
-        """``encoder``: ``auto`` (CTranslate2's or the ONNX Runtime graph of the model's encoder,
-        whichever is faster here, measured once and cached), ``ct2`` or ``onnx`` (see ``encoders``).
+        """``encoder``: ``auto`` (CTranslate2's encoder or a graph of its weights on ONNX Runtime or
+        OpenVINO, whichever is fastest here, measured once and cached), ``ct2``, ``onnx`` or
+        ``openvino`` (see ``encoders``).
         ``batch_decoder``: what batch-invariant windows decode on (``auto``: the fork's kernels
         where its self-test passes unless the ONNX Runtime invariant decoder is faster, in which
         case every window decodes on it, else the invariant decoder; ``ct2``; ``invariant``).

@@ -74,7 +74,7 @@ def tiny_model_dir() -> Path:
 
 # The shared engines run CTranslate2's own encoder: the oracle fixtures (faster-whisper greedy, made
 # with upstream CTranslate2's encoder) hold for its output. Engines that tests build themselves take
-# the default (``auto``: the ONNX Runtime encoder where it is faster); tests/test_encoders.py pins it.
+# the default (``auto``: the fastest of CTranslate2's and the graph encoders); tests/test_encoders.py pins it.
 @pytest.fixture(scope="session")
 def base_engine(base_model_dir):
     from specwhisper import WhisperEngine

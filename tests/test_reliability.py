@@ -418,8 +418,10 @@ def _differs(a: bytes, b: bytes) -> list[str]:
     return [k for k in x if x[k] != y.get(k)]
 
 
-@pytest.mark.parametrize("encoder", ["ct2", "onnx"])
+@pytest.mark.parametrize("encoder", ["ct2", "onnx", "openvino"])
 def test_same_bytes_across_runs_and_thread_counts(base_model_dir, shared_data, encoder):
+    if encoder == "openvino":
+        pytest.importorskip("openvino", reason="the OpenVINO encoder needs the openvino extra")
     real = clips(shared_data, "real")
     paths = [real[0]["path"], real[1]["path"]]  # jfk (11 s), a LibriSpeech sentence
     engines = {n: WhisperEngine(base_model_dir, threads=n, encoder=encoder) for n in (2, 1)}

@@ -1,5 +1,6 @@
 """Does the ONNX Runtime encoder change what users read? Every clip of the shared sets through the
-engine's defaults with CTranslate2's int8 encoder, the ONNX int8 graph, and CTranslate2's float32
+engine's defaults with CTranslate2's int8 encoder, the ONNX int8 graph (on ONNX Runtime, and on
+OpenVINO: bfloat16 where the CPU has it), and CTranslate2's float32
 model (the spread that precision alone causes), side by side; and the ONNX encoder with every
 window on the invariant decoder.
 
@@ -27,8 +28,11 @@ from benchmarks.metrics import wer
 # Runtime invariant decoder (the numerics where speculation is always exact, and whose 1-row step is
 # faster than the fork's on this project's AVX-512 EPYC): is its text as good?
 SYSTEMS = {"ct2-int8": ("int8", "ct2", "auto", "auto"), "onnx-int8": ("int8", "onnx", "auto", "auto"),
+           "openvino-int8": ("int8", "openvino", "auto", "auto"),
            "ct2-float32": ("float32", "ct2", "auto", "auto"),
            "onnx-invariant": ("int8", "onnx", "invariant", "batch-invariant")}
+REFERENCE = "ct2-int8"
+ENCODER_VARIANTS = ("onnx-int8", "openvino-int8")  # whose first differing token gets a margin
 
 
 def _margin(engine, features_first_window: np.ndarray, prompt: list[int], prefix: list[int]) -> float:
@@ -43,14 +47,14 @@ def _margin(engine, features_first_window: np.ndarray, prompt: list[int], prefix
     return float(row[-1] - row[-2])
 
 
-def run(sets: list[str], model: str, threads: int, out: Path) -> dict:
+def run(sets: list[str], model: str, threads: int, out: Path, systems: list[str]) -> dict:
     from specwhisper import WhisperEngine
     from specwhisper.audio import load_audio
     from specwhisper.features import content_frames, log_mel_spectrogram, window_features
 
     root = shared_data_root()
     engines = {name: WhisperEngine(model, compute_type=ct, threads=threads, encoder=enc, batch_decoder=bd)
-               for name, (ct, enc, bd, _) in SYSTEMS.items()}
+               for name, (ct, enc, bd, _) in SYSTEMS.items() if name in systems}
     report: dict = {"machine": kernel_class(), "model": model, "threads": threads, "sets": {}}
     for set_name in sets:
         clips = load_set(set_name, root)
@@ -61,22 +65,25 @@ def run(sets: list[str], model: str, threads: int, out: Path) -> dict:
             for name, engine in engines.items():
                 result = engine.transcribe(str(clip.path), language=clip.language, numerics=SYSTEMS[name][3])
                 row[name] = {"text": result.text, "tokens": result.tokens}
-            ref, onnx = row["ct2-int8"]["tokens"], row["onnx-int8"]["tokens"]
-            if ref != onnx and clip.duration_s <= 30:
-                at = next((i for i, (a, b) in enumerate(zip(ref, onnx)) if a != b), min(len(ref), len(onnx)))
-                mel = log_mel_spectrogram(load_audio(str(clip.path)), n_mels=engines["ct2-int8"].lm.n_mels)
-                features = window_features(mel[:, :content_frames(mel)], 0)
-                prompt = engines["ct2-int8"].tokenizer.sot_sequence(clip.language)
-                row["first_diff"] = at
-                row["margin_ct2"] = _margin(engines["ct2-int8"], features, prompt, ref[:at])
+            ref = row[REFERENCE]["tokens"]
+            for name in (n for n in ENCODER_VARIANTS if n in engines):
+                other = row[name]["tokens"]
+                if ref != other and clip.duration_s <= 30:
+                    at = next((i for i, (a, b) in enumerate(zip(ref, other)) if a != b), min(len(ref), len(other)))
+                    mel = log_mel_spectrogram(load_audio(str(clip.path)), n_mels=engines[REFERENCE].lm.n_mels)
+                    features = window_features(mel[:, :content_frames(mel)], 0)
+                    prompt = engines[REFERENCE].tokenizer.sot_sequence(clip.language)
+                    row[f"first_diff_{name}"] = at
+                    row[f"margin_ct2_{name}"] = _margin(engines[REFERENCE], features, prompt, ref[:at])
             rows.append(row)
         summary = {"clips": len(clips), "seconds": round(time.perf_counter() - t0, 1)}
-        for name in SYSTEMS:
+        for name in engines:
             summary[f"wer_{name}"] = wer((r[name]["text"], [c.text, *c.text_alt], c.language)
                                          for r, c in zip(rows, clips))
-            summary[f"differ_{name}"] = sum(r[name]["tokens"] != r["ct2-int8"]["tokens"] for r in rows)
-        margins = [r["margin_ct2"] for r in rows if "margin_ct2" in r]
-        summary["margins_ct2_at_first_diff"] = sorted(round(m, 3) for m in margins)
+            summary[f"differ_{name}"] = sum(r[name]["tokens"] != r[REFERENCE]["tokens"] for r in rows)
+            margins = [r[f"margin_ct2_{name}"] for r in rows if f"margin_ct2_{name}" in r]
+            if margins:
+                summary[f"margins_ct2_at_first_diff_{name}"] = sorted(round(m, 3) for m in margins)
         report["sets"][set_name] = {"summary": summary, "rows": rows}
         print(set_name, json.dumps(summary), flush=True)
         out.write_text(json.dumps(report, indent=1))
@@ -88,10 +95,16 @@ def main() -> None:
     parser.add_argument("--sets", default="real,read,longform,smarthome,car")
     parser.add_argument("--model", default="base")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"some of {', '.join(SYSTEMS)}; "
+                        f"{REFERENCE} always runs (the reference)")
     parser.add_argument("--out", type=Path, default=Path("results/encoder-accuracy.json"))
     args = parser.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    run(args.sets.split(","), args.model, args.threads, args.out)
+    systems = [REFERENCE, *(n for n in args.systems.split(",") if n != REFERENCE)]
+    unknown = [n for n in systems if n not in SYSTEMS]
+    if unknown:
+        parser.error(f"unknown systems {', '.join(unknown)}: use some of {', '.join(SYSTEMS)}")
+    run(args.sets.split(","), args.model, args.threads, args.out, systems)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """Encoder ms per window, side by side in one run: the fork's CTranslate2, the ONNX Runtime graphs
-built from the same weights (int8 per-row, int8 per-call, float32), and upstream CTranslate2 (what
-faster-whisper runs) in the peer venv; at full context and at short ``--audio-ctx`` windows.
+built from the same weights (int8 per-row, int8 per-call, float32), the same weights on OpenVINO
+(int8 weights with bfloat16 or float32 activations, float32; where installed), and upstream
+CTranslate2 (what faster-whisper runs) in the peer venv; at full context and at short
+``--audio-ctx`` windows.
 
     python -m benchmarks.studies.encoder_speed --models base,tiny.en --frames 3000,1000,600 --out results/encoder-speed.json
 """
@@ -47,7 +49,7 @@ def ours(model: str, feats: dict[str, np.ndarray], threads: int, repeat: int) ->
     import ctranslate2
 
     from specwhisper.backend import to_host
-    from specwhisper.encoders import CT2Encoder, OnnxEncoder
+    from specwhisper.encoders import CT2Encoder, OnnxEncoder, OpenVinoEncoder, _installed
     from specwhisper.model_store import resolve_model
 
     int8_dir, float_dir = resolve_model(model, prefer_int8=True), resolve_model(model)
@@ -55,6 +57,12 @@ def ours(model: str, feats: dict[str, np.ndarray], threads: int, repeat: int) ->
                                                                        intra_threads=threads))}
     for precision in ("int8", "int8-tensor", "float32"):
         encoders[f"onnx-{precision}"] = OnnxEncoder(float_dir if precision == "float32" else int8_dir, precision, threads)
+    if _installed("openvino"):
+        for precision in ("int8", "float32"):
+            encoder = OpenVinoEncoder(float_dir if precision == "float32" else int8_dir, precision, threads)
+            encoders[f"openvino-{precision}-{encoder.inference_precision}"] = encoder
+    else:
+        print("openvino not installed: its encoder not timed (pip install 'specwhisper[openvino]')", file=sys.stderr)
     seconds: dict[str, dict[str, list[float]]] = {n: {f: [] for f in feats} for n in encoders}
     for frames, f in feats.items():
         for encoder in encoders.values():
