@@ -69,9 +69,7 @@ class OnnxEncoder:
             raise ModelError("the ONNX encoder needs onnxruntime", where="--encoder onnx",
                              hint="pip install onnxruntime onnx, or use --encoder ct2") from None
         self.precision = precision
-        self.path = graph_path(model_dir, precision)
-        if not self.path.is_file():
-            _build(model_dir, precision, self.path)
+        self.path = built_graph(model_dir, precision)
         try:
             self._session = ort.InferenceSession(str(self.path), cpu_session_options(ort, threads),
                                                  providers=["CPUExecutionProvider"])
@@ -103,9 +101,7 @@ class OpenVinoEncoder:
             raise ModelError("the OpenVINO encoder needs openvino", where="--encoder openvino",
                              hint="pip install 'specwhisper[openvino]', or use --encoder onnx or ct2") from None
         self.graph = "int8-weights" if precision == "int8" else precision
-        self.path = graph_path(model_dir, self.graph)
-        if not self.path.is_file():
-            _build(model_dir, self.graph, self.path)
+        self.path = built_graph(model_dir, self.graph)
         core = ov.Core()
         bf16 = precision == "int8" and "BF16" in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
         self.inference_precision = "bf16" if bf16 else "f32"
@@ -144,11 +140,15 @@ def graph_path(model_dir: Path, precision: str) -> Path:
     return cache_dir() / "encoders" / tag / name
 
 
-def _build(model_dir: Path, precision: str, path: Path) -> None:
+def built_graph(model_dir: Path, precision: str) -> Path:
+    """The graph file of ``precision`` for the model, built now (atomically) where it is not yet."""
     from .encoder_graph import build_encoder_graph
     from .io_utils import atomic_write_bytes
 
-    atomic_write_bytes(path, build_encoder_graph(model_dir, precision))
+    path = graph_path(model_dir, precision)
+    if not path.is_file():
+        atomic_write_bytes(path, build_encoder_graph(model_dir, precision))
+    return path
 
 
 def onnx_precision(compute_type: str) -> str | None:
