@@ -37,7 +37,7 @@ from specwhisper.io_utils import atomic_write_bytes, atomic_write_text
 
 from .data import Clip, load_set, shared_data_root, subset
 from .machine import command_line, machine_info, now_iso, versions
-from .metrics import clip_medians, normalise, wer
+from .metrics import clip_errors, clip_medians, normalise, sign_test, wer
 from .progress import Progress
 from .report import write_json
 from .runner import PeerHandle, _audio, run_one
@@ -147,6 +147,11 @@ def _group_summary(rows_by_system: dict[str, dict[str, dict]], frames: dict[tupl
                                        if normalise(a["text"] or "", a.get("language") or "en")
                                        != normalise(b["text"] or "", b.get("language") or "en"))
             row["changed_share"] = row["changed"] / len(mine) if mine else None
+            errs = [(clip_errors(a["text"] or "", a.get("refs") or [""], a.get("language") or "en")[0],
+                     clip_errors(b["text"] or "", b.get("refs") or [""], b.get("language") or "en")[0])
+                    for a, b in zip(mine, base)]
+            row["better"], row["worse"] = sum(m < f for m, f in errs), sum(m > f for m, f in errs)
+            row["sign_p"] = sign_test(row["better"], row["worse"])
             full_wer = wer((r["text"] or "", r.get("refs") or [""], r.get("language") or "en") for r in base)
             row["wer_delta_pp"] = (100 * (row["wer"] - full_wer)) if row["wer"] is not None and full_wer is not None \
                 else None
@@ -239,13 +244,15 @@ def markdown(results: dict) -> str:
              "per clip; warm-up excluded.", "",
              "Times are sums over the set's clips of per-clip medians. `dec ms/tok` = decoder s (prefill + all "
              "decoder calls) / tokens; `step ratio` = that per-token cost relative to full. `changed` = clips "
-             "whose text differs from full (in brackets: still differs after Whisper's normaliser). `sizes` = the "
+             "whose text differs from full (in brackets: still differs after Whisper's normaliser); "
+             "`better / worse` = clips with fewer / more word errors than full, `p` the two-sided sign test "
+             "of that split (small: a real difference; near 1: what chance gives). `sizes` = the "
              "encoder frames actually used (3000 = full window); "
              "`fallback` = clips a pinned size could not hold (decoded in full).", ""]
-    head = ("| system | clips | WER % | ΔWER pp | changed | sizes (fallback) | enc s | dec s | dec ms/tok | "
-            "step ratio | e2e s | e2e ×full | e2e ×fw |")
+    head = ("| system | clips | WER % | ΔWER pp | changed | better / worse (p) | sizes (fallback) | enc s | dec s | "
+            "dec ms/tok | step ratio | e2e s | e2e ×full | e2e ×fw |")
     for label, group in summary.items():
-        lines += [f"## {label} ({', '.join(group['members'])})", "", head, "|" + "---|" * 13]
+        lines += [f"## {label} ({', '.join(group['members'])})", "", head, "|" + "---|" * 14]
         for system in meta["systems"]:
             row = group["systems"].get(system)
             if not row:
@@ -255,9 +262,11 @@ def markdown(results: dict) -> str:
                 sizes += f" ({row['fallback']})"
             changed = "–" if row.get("changed") is None else \
                 f"{row['changed']}/{row['clips']} ({row.get('changed_words', 0)})"
+            paired = "–" if row.get("better") is None or system == FULL else \
+                f"{row['better']} / {row['worse']} ({row['sign_p']:.2f})"
             lines.append(
                 f"| {system} | {row['clips']} | {_f(row.get('wer'), '.1f', 100)} | {_f(row.get('wer_delta_pp'), '+.1f')} "
-                f"| {changed} | {sizes or '–'} | {_f(row.get('encoder_s'), '.2f')} | {_f(row.get('decoder_s'), '.2f')} "
+                f"| {changed} | {paired} | {sizes or '–'} | {_f(row.get('encoder_s'), '.2f')} | {_f(row.get('decoder_s'), '.2f')} "
                 f"| {_f(row.get('decoder_ms_per_token'), '.1f')} | {_f(row.get('decoder_step_ratio_vs_full'), '.2f')} "
                 f"| {_f(row.get('total_s'), '.2f')} | {_f(row.get('speedup_vs_full'), '.2f')} "
                 f"| {_f(row.get('speedup_vs_fw'), '.2f')} |")

@@ -6,6 +6,7 @@ plots can be rebuilt from a results JSON without rerunning anything.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
@@ -78,6 +79,17 @@ def clip_errors(hypothesis: str, references: Iterable[str], language: str = "en"
         if best is None or err * max(best[1], 1) < best[0] * max(len(ref), 1):
             best = (err, len(ref))
     return best if best is not None else (len(hyp), 0)
+
+
+def sign_test(better: int, worse: int) -> float:
+    """Two-sided sign test: the chance of a split at least this uneven between clips a change made
+    better and worse, were either equally likely (ties left out). Why: on ~1000 command words a
+    few clips decide a WER difference; this says whether it is more than a coin would give."""
+    n, k = better + worse, min(better, worse)
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
 
 
 def wer(pairs: Iterable[tuple[str, Iterable[str], str]]) -> float | None:

@@ -229,7 +229,8 @@ def choose_encoder(choice: str, *, model, model_dir: Path, device: str, compute_
     record = EncoderChoice(fastest, "measured", ms, diffs)
     if not passed_over and use_cache:  # a failure is not kept: the next load tries again
         cache_put(key, asdict(record))
-    reason = "; ".join(["the fastest here (measured once, cached)", *passed_over])
+    kept = "measured once, cached" if not passed_over and use_cache else "measured now, not cached"
+    reason = "; ".join([f"the fastest here ({kept})", *passed_over])
     return encoders[fastest], EncoderChoice(fastest, reason, ms, diffs)
 
 

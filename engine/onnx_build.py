@@ -118,10 +118,10 @@ class GraphBuilder:
 
     def paired_qlinear(self, x: str, weight: np.ndarray, scale: np.ndarray, bias: np.ndarray | None) -> str:
         """x [R, K] float -> x @ (weight / scale)^T + bias in one ONNX Runtime ``MatMulNBits`` node
-        (8-bit weights with CTranslate2's per-row scales as one block per row, activations
-        quantized per row to int8, integer sums; where K is not a power of two, per block of the
-        largest power of two dividing it, e.g. 128 for tiny's 384): one node instead of ``qlinear``'s thirteen, which
-        made a 1-row decoder step about 20 % faster. Its kernels take rows in pairs and compute a
+        (8-bit weights with CTranslate2's per-row scales repeated over blocks of up to 256,
+        activations quantized per block to int8, integer sums; where K is not a power of two, per
+        block of the largest power of two dividing it, e.g. 128 for tiny's 384): one node instead
+        of ``qlinear``'s thirteen, which made a 1-row decoder step about 20 % faster. Its kernels take rows in pairs and compute a
         lone last row another way, so an odd row count is padded with a zero row and cut back:
         then a row's bits do not depend on the call's other rows, its place or the thread count
         (checked for 2..16 rows with AVX-512 and, under qemu, AVX2 kernels; the self-test checks
@@ -179,9 +179,17 @@ def read_weights(model_dir: Path, scope: str) -> dict[str, np.ndarray]:
     return arrays
 
 
+MAX_BLOCK = 256  # MLAS's 8-bit blocks are 16..256 long (see ``_block_size``)
+
+
 def _block_size(k: int) -> int | None:
-    """The largest power of two (16 at least, as ``MatMulNBits`` asks) dividing ``k``; None if none."""
-    block = k & -k
+    """The largest power of two dividing ``k`` from 16 to 256, the block lengths ``MatMulNBits``
+    has kernels for; None if none. Why not one block per row (512 for base, 2048 for its feed-
+    forward): ONNX Runtime 1.23 (the last with CPython 3.10 wheels) computes NaN for 8-bit blocks
+    over 256, 17x slower, and 1.30 refuses them, so there the self-test fell back to the slower
+    row-wise graph; 1.32 computes them right, with the same bits as blocks of 256. The row's scale
+    is repeated for each of its blocks, so the weights are the same."""
+    block = min(k & -k, MAX_BLOCK)
     return block if block >= 16 else None
 
 

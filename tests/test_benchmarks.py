@@ -42,6 +42,12 @@ def test_clip_errors_uses_the_closest_reference_and_corpus_wer_pools():
     assert metrics.wer([]) is None
 
 
+def test_sign_test_tells_a_coin_from_a_real_difference():
+    assert metrics.sign_test(22, 24) == pytest.approx(0.883, abs=1e-3)  # --audio-ctx auto vs full, 120 commands
+    assert metrics.sign_test(0, 10) == pytest.approx(2 / 1024)
+    assert metrics.sign_test(5, 5) == 1.0 and metrics.sign_test(0, 0) == 1.0
+
+
 def test_character_languages_are_scored_by_character():
     errors, n = metrics.clip_errors("今天天气", ["今天天气好"], "zh")
     assert (errors, n) == (1, 5)

@@ -18,7 +18,10 @@ from specwhisper.cli import main
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-c", "import sys; from specwhisper.cli import main; sys.exit(main(sys.argv[1:]))", *args]
+    # SIGINT handled as in a terminal: a shell starts a background job (CI run with ``&``, say) with
+    # SIGINT ignored, and Python keeps it ignored, so the interrupt never reached the CLI there
+    return [sys.executable, "-c", "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "from specwhisper.cli import main; sys.exit(main(sys.argv[1:]))", *args]
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])

@@ -105,6 +105,28 @@ def test_self_test_falls_back_to_the_rowwise_graph_where_pairs_are_not_invariant
     assert again.lm.selftest().graph == "rowwise" and again.lm.invariant_decoder().graph == "rowwise"
 
 
+def test_self_test_refuses_an_invariant_graph_whose_logits_are_wrong(tiny_model_dir, monkeypatch, tmp_path):
+    """A kernel that computes wrong values the same way in every call pattern passes a comparison
+    of rows (ONNX Runtime 1.23 computed NaN for 8-bit blocks over 256, which it did catch). A paired
+    graph whose linears compute zeros is refused by the comparison with the float32 model's logits on speech, and
+    the row-wise graph, which computes the right ones, is taken."""
+    from specwhisper import WhisperEngine
+    from specwhisper.backend import MAX_INVARIANT_DRIFT
+    from specwhisper.onnx_build import GraphBuilder
+
+    right = GraphBuilder.paired_qlinear
+
+    def zeros(self, x, weight, scale, bias):
+        return self.op("Mul", [right(self, x, weight, scale, bias), self.const(np.zeros(1, np.float32))])
+
+    monkeypatch.setattr(GraphBuilder, "paired_qlinear", zeros)
+    monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path))
+    engine = WhisperEngine(tiny_model_dir, compute_type="int8", threads=2, batch_decoder="invariant", selftest=False)
+    result = engine.lm.selftest(use_cache=False)
+    assert result.graph == "rowwise" and result.row_floor == 1, result
+    assert result.max_abs_diff_by_rows["speech vs float32 (relative)"] <= MAX_INVARIANT_DRIFT
+
+
 def test_engine_on_the_invariant_decoder_is_exact_with_adversarial_drafters(invariant_engine, shared_data):
     engine = invariant_engine
     assert engine.selftest_result.decoder == "invariant" and engine.row_floor == 1
