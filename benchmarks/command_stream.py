@@ -83,6 +83,7 @@ class Bench:
     out: Path
     engines: dict = field(default_factory=dict)
     audio: dict = field(default_factory=dict)
+    device: str = "cpu"
 
     def engine(self, key: str, *, tokenmap: Path | None = None, learn: bool = False):
         """One engine per ``key``: systems that learn (policy, filler, map) never share one."""
@@ -93,7 +94,8 @@ class Bench:
             # prefilled 45 vs 58-63 ms in one run here (AMD EPYC, 1-thread decoder), which
             # no drafting explains; shared, each system pays the same calls.
             shared = next(iter(self.engines.values())).lm if self.engines else None
-            self.engines[key] = WhisperEngine(self.model, compute_type=self.compute_type, threads=self.threads,
+            self.engines[key] = WhisperEngine(self.model, device=self.device, compute_type=self.compute_type,
+                                              threads=self.threads,
                                               tokenmap=str(tokenmap) if tokenmap else None, learn=learn,
                                               prompt_lookup=False, loaded=shared)
         return self.engines[key]
@@ -662,6 +664,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--big-train", type=int, default=30000, help="generated training lines for the size row (0: skip)")
     ap.add_argument("--model", default="base")
     ap.add_argument("--compute-type", default="int8")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--audio-ctx", default="full", help="encoder context for every system (default full)")
     ap.add_argument("--data", default=None, help="shared corpus root (default ../shared/data)")
@@ -690,7 +693,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
                                     "SET@MAPSET (e.g. real@car)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    bench = Bench(args.model, args.compute_type, args.threads, args.audio_ctx, shared_data_root(args.data), out)
+    bench = Bench(args.model, args.compute_type, args.threads, args.audio_ctx, shared_data_root(args.data), out,
+                  device=args.device)
     command = "python -m benchmarks.command_stream " + command_line(argv)[len("python -m benchmarks "):]
     for name in dict.fromkeys(parts):
         doc: dict = {"meta": {"command": command, "part": name, "started": now_iso(), "status": "running",
