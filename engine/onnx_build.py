@@ -118,14 +118,14 @@ class GraphBuilder:
 
     def paired_qlinear(self, x: str, weight: np.ndarray, scale: np.ndarray, bias: np.ndarray | None) -> str:
         """x [R, K] float -> x @ (weight / scale)^T + bias in one ONNX Runtime ``MatMulNBits`` node
-        (8-bit weights with CTranslate2's per-row scales repeated over blocks of up to 256,
-        activations quantized per block to int8, integer sums; where K is not a power of two, per
-        block of the largest power of two dividing it, e.g. 128 for tiny's 384): one node instead
-        of ``qlinear``'s thirteen, which made a 1-row decoder step about 20 % faster. Its kernels take rows in pairs and compute a
-        lone last row another way, so an odd row count is padded with a zero row and cut back:
-        then a row's bits do not depend on the call's other rows, its place or the thread count
-        (checked for 2..16 rows with AVX-512 and, under qemu, AVX2 kernels; the self-test checks
-        it on every machine)."""
+        (8-bit weights with CTranslate2's per-row scales repeated over blocks of up to 256, where
+        K is not a power of two blocks of the largest power of two dividing it, e.g. 128 for
+        tiny's 384; activations quantized to int8, integer sums): one node instead of
+        ``qlinear``'s thirteen, which made a 1-row decoder step about 20 % faster. Its kernels take
+        rows in pairs and compute a lone last row another way, so an odd row count is padded with
+        a zero row and cut back: then a row's bits do not depend on the call's other rows, its
+        place or the thread count (checked for 2..16 rows with AVX-512 and, under qemu, AVX2
+        kernels; the self-test checks it on every machine)."""
         n, k = weight.shape
         block = _block_size(k)
         if block is None:
