@@ -161,7 +161,8 @@ from specwhisper import WhisperEngine
 from adversarial import EarlyEot, Oracle, RandomIds
 from decoding import decode, encode_clip
 
-engine = WhisperEngine(sys.argv[2], compute_type="int8", threads=2, prompt_lookup=False, tokenmap=sys.argv[3])
+engine = WhisperEngine(sys.argv[2], compute_type="int8", threads=2, prompt_lookup=False, tokenmap=sys.argv[3],
+                       encoder="ct2")  # the decoder is tested: no encoder choice to measure
 eot, vocab = engine.tokenizer.special.eot, engine.lm.vocab_size
 st = engine.selftest_result
 report = {"floor": engine.row_floor, "decoder": st.decoder, "ct2_failed": st.ct2_diffs is not None,
