@@ -122,7 +122,7 @@ def clip_medians(records: list[dict]) -> dict[tuple[str, str, str], dict]:
         first = ok[0]
         row = {k: first.get(k) for k in ("set", "clip", "system", "duration_s", "language", "text", "tokens",
                                          "stats", "numerics", "refs", "windows", "window_numerics",
-                                         "window_tokens", "window_speedup")}
+                                         "window_tokens", "window_seeks", "window_speedup")}
         row["ok"] = True
         row["repeats"] = len(ok)
         row["deterministic"] = all(r.get("tokens") == first.get("tokens") for r in ok)
@@ -236,20 +236,26 @@ def _identical(row: dict, system: str, default: str, index: dict) -> bool | None
     """Tokens equal to greedy's in the numerics they were decoded in (None: no reference ran).
 
     A clip whose windows were decoded in different numerics (numerics=auto decides per window) is
-    checked window by window against the greedy run of each window's numerics: windows are
-    decoded independently (no conditioning on earlier text in the benchmark)."""
+    checked window by window against the greedy run of each window's numerics, at the window that
+    starts at the same frame (windows are decoded independently: no conditioning on earlier text in
+    the benchmark). Where an earlier window ended elsewhere than greedy's, a window has no
+    counterpart in that run and the clip cannot be checked (None), unless a compared window differs."""
     if row.get("numerics") == "mixed":
-        if not row.get("window_numerics"):
-            return None  # a record without per-window tokens cannot be checked
-        for i, numerics in enumerate(row["window_numerics"]):
+        if not (row.get("window_numerics") and row.get("window_seeks")):
+            return None  # a record without per-window tokens and starts cannot be checked
+        unmatched = False
+        for numerics, seek, tokens in zip(row["window_numerics"], row["window_seeks"], row["window_tokens"]):
             if numerics == "skipped":
                 continue
             ref_row = index.get((row["clip"], NUMERICS_REFERENCE.get(numerics, "")))
-            if not (ref_row and ref_row.get("ok") and ref_row.get("window_tokens")):
+            if not (ref_row and ref_row.get("ok") and ref_row.get("window_seeks")):
                 return None
-            if row["window_tokens"][i] != ref_row["window_tokens"][i]:
+            ref_tokens = dict(zip(ref_row["window_seeks"], ref_row["window_tokens"])).get(seek)
+            if ref_tokens is None:
+                unmatched = True
+            elif tokens != ref_tokens:
                 return False
-        return True
+        return None if unmatched else True
     ref_row = index.get((row["clip"], _reference(row, system, default, index)))
     if not (ref_row and ref_row.get("ok")):
         return None

@@ -220,6 +220,7 @@ class EngineSystem:
                 # per window, so that a clip decoded in mixed numerics can be checked window by window
                 "window_numerics": [w.numerics for w in res.windows],
                 "window_tokens": [[t for t in w.tokens if t < eot] for w in res.windows],
+                "window_seeks": [w.seek for w in res.windows],
                 # what the policy expected of each window and what its calls delivered (same units)
                 "window_speedup": [[w.numerics, w.stats.get("predicted_speedup"), w.stats.get("realised_speedup")]
                                    for w in res.windows]}

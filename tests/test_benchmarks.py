@@ -107,22 +107,28 @@ def test_identity_is_judged_against_greedy_in_the_numerics_actually_used():
 
 def test_mixed_numerics_clips_are_checked_window_by_window():
     sr, bi = "single-row", "batch-invariant"
-    records = [_rec("greedy-single-row", "a", 0, 1.0, 0.4, [1, 2, 3, 4], window_tokens=[[1, 2], [3, 4]]),
+    starts = [0, 3000]
+    records = [_rec("greedy-single-row", "a", 0, 1.0, 0.4, [1, 2, 3, 4], window_tokens=[[1, 2], [3, 4]],
+                    window_seeks=starts),
                _rec("greedy-batch-invariant", "a", 0, 1.0, 0.4, [1, 9, 3, 8], numerics=bi,
-                    window_tokens=[[1, 9], [3, 8]]),
+                    window_tokens=[[1, 9], [3, 8]], window_seeks=starts),
                # window 0 single-row, window 1 batch-invariant: equal to neither whole greedy run
                _rec("spec-combined", "a", 0, 1.0, 0.4, [1, 2, 3, 8], numerics="mixed", window_numerics=[sr, bi],
-                    window_tokens=[[1, 2], [3, 8]]),
+                    window_tokens=[[1, 2], [3, 8]], window_seeks=starts),
                _rec("spec-x", "a", 0, 1.0, 0.4, [1, 2, 3, 4], numerics="mixed", window_numerics=[sr, bi],
-                    window_tokens=[[1, 2], [3, 4]]),
+                    window_tokens=[[1, 2], [3, 4]], window_seeks=starts),
                _rec("spec-y", "a", 0, 1.0, 0.4, [1, 2, 3, 4], numerics="mixed", window_numerics=[sr, "skipped"],
-                    window_tokens=[[1, 2], []])]
+                    window_tokens=[[1, 2], []], window_seeks=starts),
+               # window 1 starts where no batch-invariant greedy window started: nothing to compare it with
+               _rec("spec-z", "a", 0, 1.0, 0.4, [1, 2, 3, 8], numerics="mixed", window_numerics=[sr, bi],
+                    window_tokens=[[1, 2], [3, 8]], window_seeks=[0, 2400])]
     summary = metrics.summarise(records, reference_for={name: "greedy-single-row" for name in
-                                                        ("spec-combined", "spec-x", "spec-y")},
+                                                        ("spec-combined", "spec-x", "spec-y", "spec-z")},
                                 baseline=None, decoder_baseline=None)["s"]
     assert (summary["spec-combined"]["identical"], summary["spec-combined"]["identical_of"]) == (1, 1)
     assert (summary["spec-x"]["identical"], summary["spec-x"]["identical_of"]) == (0, 1)  # window 1 differs
     assert summary["spec-y"]["identical"] == 1  # a skipped window is not compared
+    assert summary["spec-z"]["identical_of"] == 0  # not checkable, not called equal
 
 
 def test_the_policy_gap_is_reported_over_speculated_windows():

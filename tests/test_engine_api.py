@@ -7,6 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from adversarial import Oracle
+from specwhisper import WhisperEngine
 from specwhisper.errors import OptionError
 from specwhisper.policy import AdaptiveDraftLength, VerifyCost, choose_numerics, realised_speedup
 
@@ -67,7 +69,14 @@ def test_each_window_logs_its_predicted_and_realised_speedup(base_engine, shared
         calls = {int(rows): n for rows, n in s["calls_by_rows"].items()}
         priced = s["steps"] + sum(n * base_engine.verify_cost(rows) for rows, n in calls.items())
         assert calls and s["realised_speedup"] == pytest.approx((s["tokens"] - 1) / priced)
-    assert any(w.stats["realised_speedup"] > 1.0 for w in result.windows)  # long-form drafts pay somewhere
+    # with drafts that are all right, the realised figure shows the gain (the bigram filler alone may
+    # not pay: on the Xeon every call has at least 3 rows)
+    jfk = shared_data / "real/audio/jfk.flac"
+    greedy = base_engine.transcribe(jfk, language="en", numerics="batch-invariant", speculation=False)
+    perfect = WhisperEngine(loaded=base_engine.lm, prompt_lookup=False,
+                            drafters=[Oracle(greedy.windows[0].tokens, base_engine.tokenizer.special.eot)])
+    drafted = perfect.transcribe(jfk, language="en", numerics="batch-invariant")
+    assert drafted.tokens == greedy.tokens and drafted.windows[0].stats["realised_speedup"] > 1.0
     pinned = base_engine.transcribe(shared_data / "real/audio/jfk.flac", language="en", numerics="single-row")
     assert [w.stats["realised_speedup"] for w in pinned.windows] == [pytest.approx(1.0)]
     json.dumps(pinned.to_dict())  # logged in the results
