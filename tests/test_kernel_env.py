@@ -56,6 +56,7 @@ def test_kernel_settings_in_the_key_and_read_once(base_engine, monkeypatch):
     assert base_engine.lm._selftest_key() == key
 
 
+@pytest.mark.full  # the default run covers other kernels through AVX2 ones (test_invariant_decoder.py)
 def test_speculation_exact_under_onednn_kernels(base_model_dir, base_engine, shared_data):
     if os.environ.get("CT2_USE_MKL") == "0":
         pytest.skip("this test process already runs oneDNN kernels (CT2_USE_MKL=0): nothing to contrast")
