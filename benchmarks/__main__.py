@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--audio-ctx", default="full", help="our engine's encoder window on short clips (full, auto, N)")
     r.add_argument("--out", type=Path, default=Path("results"))
     r.add_argument("--threads", type=int, default=2)
+    r.add_argument("--decoder-threads", type=int, default=None,
+                   help="our engine's decoder threads (default: measured per machine, as the engine does)")
     r.add_argument("--compute-type", default="int8")
     r.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     r.add_argument("--draft", default="tiny.en", help="draft model for spec-draft-model / fork-spec-draft ('' = none)")
@@ -87,7 +89,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     opts = RunOptions(suite=args.suite, model=args.model, systems=args.systems, repeat=args.repeat,
                       limit=parse_limits(args.limit), half=args.half, encoder=args.encoder,
                       audio_ctx=args.audio_ctx,
-                      out=args.out, threads=args.threads, compute_type=args.compute_type, device=args.device,
+                      out=args.out, threads=args.threads, decoder_threads=args.decoder_threads,
+                      compute_type=args.compute_type, device=args.device,
                       draft=args.draft or None, spec_k=args.spec_k, data=args.data, baseline=args.baseline,
                       tokenmap_dir=args.tokenmap_dir, warmup=not args.no_warmup, results_md=args.results_md,
                       argv=argv)

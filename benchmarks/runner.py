@@ -51,6 +51,7 @@ class RunOptions:
     audio_ctx: str = "full"  # our engine's encoder window on short clips ("auto": fitted to the clip)
     out: Path = Path("results")
     threads: int = 2
+    decoder_threads: int | None = None  # our engine's (None: measured per machine)
     compute_type: str = "int8"
     device: str = "cpu"
     draft: str | None = "tiny.en"
@@ -185,7 +186,8 @@ class Run:
     def execute(self, progress_stream=None) -> dict:
         opts = self.opts
         cfg = BenchConfig(model=opts.model, device=opts.device, compute_type=opts.compute_type,
-                          threads=opts.threads, draft=opts.draft, spec_k=opts.spec_k, encoder=opts.encoder,
+                          threads=opts.threads, decoder_threads=opts.decoder_threads, draft=opts.draft,
+                          spec_k=opts.spec_k, encoder=opts.encoder,
                           audio_ctx=opts.audio_ctx)
         pool = EnginePool(cfg)
         peer = PeerHandle(opts.threads)

@@ -65,6 +65,7 @@ class BenchConfig:
     device: str = "cpu"
     compute_type: str = "int8"
     threads: int = 2
+    decoder_threads: int | None = None  # None: the engine measures its choice
     draft: str | None = "tiny.en"
     spec_k: int = 4
     encoder: str = "auto"
@@ -128,6 +129,8 @@ class EnginePool:
                         "threads": self.config.threads}
         if _explicit(WhisperEngine.__init__, "encoder"):
             kwargs["encoder"] = encoder
+        if self.config.decoder_threads is not None:
+            kwargs["decoder_threads"] = self.config.decoder_threads
         wanted = {"tokenmap": str(tokenmap) if tokenmap else None, "prompt_lookup": prompt_lookup,
                   "draft_model": draft_model}
         for name, value in wanted.items():

@@ -33,7 +33,8 @@ def test_interrupted_batch_keeps_whole_files_and_resumes(tiny_model_dir, shared_
         shutil.copy(clip, inputs[-1])
     out = tmp_path / "out"
     args = ["transcribe", *map(str, inputs), "--model", str(tiny_model_dir), "--language", "en",
-            "--output-format", "json", "--output-dir", str(out), "--threads", "2"]
+            "--output-format", "json", "--output-dir", str(out), "--threads", "2",
+            "--encoder", "ct2"]  # interruption is tested: no encoder choice to measure in a fresh cache
     proc = subprocess.Popen(_cli(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not (out / "clip0.json").exists():  # interrupt once the first file is written
