@@ -29,6 +29,9 @@ MAX_POSITIONS = 448  # Whisper decoder positions (prompt + generated)
 _SELFTEST_LEN = 30  # tokens decoded per self-test run
 _FLOORS = (2, 3, 4)
 _CEILINGS = (17, 12, 8)  # a verify call carries at most K + 1 = 17 rows
+# Previous-text tokens before the sweeps to the last position: none, and a conditioned window's
+# (on an H200, int8_float16 rows parted after a 153- and a 333-token prompt, not after a 3-token one)
+_SWEEP_LEADS = (0, 330)
 _SELFTEST_TEXT = " the quick brown fox jumps over the lazy dog while seven small birds sing in the old tree"
 
 
@@ -344,16 +347,19 @@ class LoadedModel:
         (the float32 model's on the same tokens)."""
         diffs, wide = {}, {}
         drift = float("inf")
-        for speech, late in ((False, False), (True, False), (True, True)):
-            run, n = self._selftest_runner(encoder_frames, model, speech=speech, late=late)
+        for speech in (False, True):
+            run, n = self._selftest_runner(encoder_frames, model, speech=speech)
             reference = run([1] * n)
-            if speech and not late:
+            if speech:
                 drift = max_abs_diff(reference, exact) / max(float(np.abs(exact).max()), 1e-9)
-            label = ("late " if late else "") + ("speech " if speech else "")
+            label = "speech " if speech else ""
             for chunks in ([17] + [1] * (n - 17), [2, 3, 4, 5, 6, 7, 3], [1, 12, 8, 9], [16, 14]):
                 diffs[label + ",".join(map(str, chunks))] = max_abs_diff(run(chunks), reference)
             for chunks in ([1] * n, [3, 17, 1, 9]):
                 wide[f"{label}wide {','.join(map(str, chunks))}"] = max_abs_diff(run(chunks, wide=True), reference)
+        for lead in _SWEEP_LEADS:
+            sweep, n = self._selftest_runner(encoder_frames, model, speech=True, full=True, lead=lead)
+            diffs.update(_swept_rows(sweep, n, 2, 17, [1] * n, lead))
         ok = all(d == 0.0 for d in diffs.values()) and drift <= MAX_INVARIANT_DRIFT
         diffs["speech vs float32 (relative)"] = drift
         return SelfTestResult(1 if ok else None, 17 if ok else None, False, {**diffs, **wide},
@@ -432,20 +438,22 @@ class LoadedModel:
         return "|".join(str(p) for p in (ctranslate2.__version__, cpu, self.device, self.compute_type, thread_part,
                                          self.model_dir.resolve(), stat.st_size, int(stat.st_mtime), kernel_env()))
 
-    def _selftest_runner(self, encoder_frames: int, model, speech: bool = False, late: bool = False):
+    def _selftest_runner(self, encoder_frames: int, model, speech: bool = False, full: bool = False,
+                         lead: int = 0):
         """``run(chunks)``: one fixed token sequence decoded in calls of those sizes, all logits; and its length
         (``wide``: on the invariant decoder's wide session).
 
         On a random encoder output of the real shape, or (``speech``) on the bundled sample's;
-        ``late``: after a previous-text prompt long enough that the sequence ends at the last
-        decoder position. Kernels may change with the attention's length: on an Intel Xeon (MKL)
-        the fork's rows were bitwise alike in calls of 3..17 rows up to position ~375 and up to
-        1.96 logits apart after it, which a window conditioned on earlier text reaches."""
+        ``full``: a sequence that runs to the last decoder position; ``lead``: that many previous-text
+        tokens prefilled before the prompt (as a window conditioned on earlier text has). Kernels may change with the
+        attention's length: on an Intel Xeon (MKL) the fork's rows were bitwise alike in calls of
+        3..17 rows up to position ~375 and up to 1.96 logits apart after it; on an H200 (cuBLAS,
+        int8_float16) alike at the first and last 30 positions and 0.17 apart from position 287."""
         encoder_output, prompt = self._speech_window(encoder_frames) if speech else self._random_window(encoder_frames)
-        seq = (self.tokenizer.encode(_SELFTEST_TEXT) * 3)[:_SELFTEST_LEN]
-        if late:
-            room = MAX_POSITIONS - len(seq) - len(prompt) - 1
-            prompt = [self.tokenizer.special.sot_prev] + (self.tokenizer.encode(_SELFTEST_TEXT) * 30)[:room] + prompt
+        words = self.tokenizer.encode(_SELFTEST_TEXT) * 40
+        if lead:
+            prompt = [self.tokenizer.special.sot_prev] + words[:lead] + prompt
+        seq = words[:MAX_POSITIONS - len(prompt) if full else _SELFTEST_LEN]
 
         def run(chunks: list[int], wide: bool = False) -> np.ndarray:
             state, _ = model.prefill(encoder_output, prompt, wide=lambda: True) if wide else \
@@ -470,13 +478,18 @@ class LoadedModel:
         run, _ = self._selftest_runner(encoder_frames, model)
         seq = range(_SELFTEST_LEN)
         floor, ceiling, diffs = _invariant_rows(run, len(seq))
-        for late in (False, True):  # speech, at the first positions and at the last ones
+        if floor is not None:
+            speech, _ = self._selftest_runner(encoder_frames, model, speech=True)
+            s_floor, s_ceiling, s_diffs = _invariant_rows(speech, len(seq), floors=(floor,))
+            diffs.update({f"speech {k}": v for k, v in s_diffs.items()})
+            floor, ceiling = (floor, min(ceiling, s_ceiling)) if s_floor == floor else (None, None)
+        for lead in _SWEEP_LEADS:  # every position a window can reach, in calls of every size
             if floor is None:
                 break
-            speech, _ = self._selftest_runner(encoder_frames, model, speech=True, late=late)
-            s_floor, s_ceiling, s_diffs = _invariant_rows(speech, len(seq), floors=(floor,))
-            diffs.update({f"{'late ' if late else ''}speech {k}": v for k, v in s_diffs.items()})
-            floor, ceiling = (floor, min(ceiling, s_ceiling)) if s_floor == floor else (None, None)
+            sweep, n = self._selftest_runner(encoder_frames, model, speech=True, full=True, lead=lead)
+            swept = _swept_rows(sweep, n, floor, ceiling, _even(n, floor), lead)
+            diffs.update(swept)
+            floor, ceiling = (floor, ceiling) if all(d == 0.0 for d in swept.values()) else (None, None)
         reference = run(_even(len(seq), floor or 3))
         single = run([1] * 4 + _even(len(seq) - 4, floor or 3))
         diffs["1-row"] = max_abs_diff(single[:4], reference[:4])
@@ -603,6 +616,27 @@ def _even(n: int, size: int) -> list[int]:
         else:
             chunks = [n]
     return chunks
+
+
+def _swept_rows(run, n: int, low: int, high: int, reference_chunks: list[int], lead: int) -> dict[str, float]:
+    """Every position of ``run``'s sequence decoded in calls cycling through ``low``..``high`` rows
+    (ascending, then descending: each size lands at many positions and offsets), compared with
+    ``reference_chunks``' logits: the largest difference of each cycle."""
+    reference = run(reference_chunks)
+    out = {}
+    for label, sizes in (("up", range(low, high + 1)), ("down", range(high, low - 1, -1))):
+        chunks, left, i = [], n, 0
+        sizes = list(sizes)
+        while left > 0:
+            c = min(left, sizes[i % len(sizes)])
+            if 0 < left - c < low:  # no call below the floor at the end
+                c = left
+            chunks.append(c)
+            left -= c
+            i += 1
+        out[f"after {lead} prompt tokens to position {MAX_POSITIONS - 1}, {label} {low}..{high}"] = \
+            max_abs_diff(run(chunks), reference)
+    return out
 
 
 def _invariant_rows(run, n: int, floors: tuple[int, ...] = _FLOORS) -> tuple[int | None, int | None, dict]:
