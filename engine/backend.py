@@ -359,7 +359,7 @@ class LoadedModel:
                 wide[f"{label}wide {','.join(map(str, chunks))}"] = max_abs_diff(run(chunks, wide=True), reference)
         for lead in _SWEEP_LEADS:
             sweep, n = self._selftest_runner(encoder_frames, model, speech=True, full=True, lead=lead)
-            diffs.update(_swept_rows(sweep, n, 2, 17, [1] * n, lead))
+            diffs.update(_swept_rows(sweep, n, 1, 17, lead))
         ok = all(d == 0.0 for d in diffs.values()) and drift <= MAX_INVARIANT_DRIFT
         diffs["speech vs float32 (relative)"] = drift
         return SelfTestResult(1 if ok else None, 17 if ok else None, False, {**diffs, **wide},
@@ -487,7 +487,7 @@ class LoadedModel:
             if floor is None:
                 break
             sweep, n = self._selftest_runner(encoder_frames, model, speech=True, full=True, lead=lead)
-            swept = _swept_rows(sweep, n, floor, ceiling, _even(n, floor), lead)
+            swept = _swept_rows(sweep, n, floor, ceiling, lead)
             diffs.update(swept)
             floor, ceiling = (floor, ceiling) if all(d == 0.0 for d in swept.values()) else (None, None)
         reference = run(_even(len(seq), floor or 3))
@@ -618,25 +618,27 @@ def _even(n: int, size: int) -> list[int]:
     return chunks
 
 
-def _swept_rows(run, n: int, low: int, high: int, reference_chunks: list[int], lead: int) -> dict[str, float]:
+def _swept_rows(run, n: int, low: int, high: int, lead: int) -> dict[str, float]:
     """Every position of ``run``'s sequence decoded in calls cycling through ``low``..``high`` rows
     (ascending, then descending: each size lands at many positions and offsets), compared with
-    ``reference_chunks``' logits: the largest difference of each cycle."""
-    reference = run(reference_chunks)
-    out = {}
-    for label, sizes in (("up", range(low, high + 1)), ("down", range(high, low - 1, -1))):
-        chunks, left, i = [], n, 0
-        sizes = list(sizes)
-        while left > 0:
-            c = min(left, sizes[i % len(sizes)])
-            if 0 < left - c < low:  # no call below the floor at the end
-                c = left
-            chunks.append(c)
-            left -= c
-            i += 1
-        out[f"after {lead} prompt tokens to position {MAX_POSITIONS - 1}, {label} {low}..{high}"] = \
-            max_abs_diff(run(chunks), reference)
-    return out
+    calls of ``high`` rows (the fewest calls; equal bits are transitive): the largest difference
+    of each cycle."""
+    reference = run(_cycled(n, [high], low))
+    return {f"after {lead} prompt tokens to position {MAX_POSITIONS - 1}, {label} {low}..{high}":
+            max_abs_diff(run(_cycled(n, sizes, low)), reference)
+            for label, sizes in (("up", list(range(low, high + 1))), ("down", list(range(high, low - 1, -1))))}
+
+
+def _cycled(n: int, sizes: list[int], low: int) -> list[int]:
+    """n rows in calls of ``sizes`` in turn, none under ``low`` rows nor over the largest size."""
+    chunks, left = [], n
+    while left > 0:
+        c = min(left, sizes[len(chunks) % len(sizes)])
+        if 0 < left - c < low:  # the rest would be a call below the floor: leave it ``low`` rows
+            c = left - low if left - low >= low else left
+        chunks.append(c)
+        left -= c
+    return chunks
 
 
 def _invariant_rows(run, n: int, floors: tuple[int, ...] = _FLOORS) -> tuple[int | None, int | None, dict]:

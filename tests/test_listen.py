@@ -351,7 +351,10 @@ def test_a_whole_command_ends_after_a_short_silence(map_engine, base_engine, str
     (sooner than the 0.6 s silence), decoded exactly as ``transcribe`` decodes its span; the cuts
     are the same however the stream is chunked; one cut off where commands go on waits."""
     audio, truth = stream
-    complete = dict(complete_s=0.1, complete_p=0.5)  # two of these five end at 0.5 (0.81, 0.88 here)
+    # two of these five end at 0.5 (0.81, 0.88 here). Numerics pinned: under ``auto`` a window's choice
+    # follows what the policy learned from the engine's earlier calls (the first listen here), so the
+    # second could decode in other numerics and part at a near-tie ("slow-cooker" on the Xeon)
+    complete = dict(complete_s=0.1, complete_p=0.5, numerics="batch-invariant")
     results, listener = _listen(map_engine, audio, _chunks(audio, 0.05), **complete)
     whole, _ = _listen(map_engine, audio, [audio], **complete)
     assert [_key(r) for r in results] == [_key(r) for r in whole]

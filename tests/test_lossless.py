@@ -97,8 +97,8 @@ def test_float32_invariant_range_and_exactness(base_model_dir, shared_data):
     options = dict(compute_type="float32", threads=2, prompt_lookup=False, encoder="ct2", decoder_threads=2,
                    verify_cost=VerifyCost.default())
     engine = WhisperEngine(base_model_dir, batch_decoder="ct2", **options)
-    if engine.row_floor is None:
-        engine = WhisperEngine(base_model_dir, **options)
+    if engine.row_floor is None:  # (the Xeon's MKL float32 rows part at late positions too)
+        engine = WhisperEngine(base_model_dir, batch_decoder="invariant", **options)
     result = engine.lm.selftest()
     assert result.row_floor is not None and result.row_ceiling >= result.row_floor + 1
     for seed, clip in enumerate(representative(shared_data)[:2]):
