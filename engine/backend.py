@@ -357,9 +357,7 @@ class LoadedModel:
                 diffs[label + ",".join(map(str, chunks))] = max_abs_diff(run(chunks), reference)
             for chunks in ([1] * n, [3, 17, 1, 9]):
                 wide[f"{label}wide {','.join(map(str, chunks))}"] = max_abs_diff(run(chunks, wide=True), reference)
-        for lead in _SWEEP_LEADS:
-            sweep, n = self._selftest_runner(encoder_frames, model, speech=True, full=True, lead=lead)
-            diffs.update(_swept_rows(sweep, n, 1, 17, lead))
+        diffs.update(self._sweeps(encoder_frames, model, 1, 17))
         ok = all(d == 0.0 for d in diffs.values()) and drift <= MAX_INVARIANT_DRIFT
         diffs["speech vs float32 (relative)"] = drift
         return SelfTestResult(1 if ok else None, 17 if ok else None, False, {**diffs, **wide},
@@ -469,6 +467,19 @@ class LoadedModel:
 
         return run, len(seq)
 
+    def _sweeps(self, encoder_frames: int, model, low: int, high: int) -> dict[str, float]:
+        """Speech decoded to the last position after each of ``_SWEEP_LEADS`` previous-text tokens
+        in calls cycling through ``low``..``high`` rows (:func:`_swept_rows`); stops at the first
+        lead whose rows part (one is enough to fail)."""
+        diffs: dict[str, float] = {}
+        for lead in _SWEEP_LEADS:
+            run, n = self._selftest_runner(encoder_frames, model, speech=True, full=True, lead=lead)
+            swept = _swept_rows(run, n, low, high, lead)
+            diffs.update(swept)
+            if any(d != 0.0 for d in swept.values()):
+                break
+        return diffs
+
     def _run_selftest(self, key: str, encoder_frames: int, model) -> SelfTestResult:
         """Decode one fixed token sequence in calls of many shapes and compare logits bitwise, on a
         random encoder output and again on speech (the bundled sample): on an AVX2-only CPU the
@@ -483,11 +494,8 @@ class LoadedModel:
             s_floor, s_ceiling, s_diffs = _invariant_rows(speech, len(seq), floors=(floor,))
             diffs.update({f"speech {k}": v for k, v in s_diffs.items()})
             floor, ceiling = (floor, min(ceiling, s_ceiling)) if s_floor == floor else (None, None)
-        for lead in _SWEEP_LEADS:  # every position a window can reach, in calls of every size
-            if floor is None:
-                break
-            sweep, n = self._selftest_runner(encoder_frames, model, speech=True, full=True, lead=lead)
-            swept = _swept_rows(sweep, n, floor, ceiling, lead)
+        if floor is not None:  # every position a window can reach, in calls of every size
+            swept = self._sweeps(encoder_frames, model, floor, ceiling)
             diffs.update(swept)
             floor, ceiling = (floor, ceiling) if all(d == 0.0 for d in swept.values()) else (None, None)
         reference = run(_even(len(seq), floor or 3))
