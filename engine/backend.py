@@ -26,6 +26,7 @@ from .model_store import check_model_dir
 from .tokenizer import WhisperTokenizer
 
 MAX_POSITIONS = 448  # Whisper decoder positions (prompt + generated)
+FULL_ENCODER_FRAMES = 1500  # encoder outputs of a full 30 s window
 _SELFTEST_LEN = 30  # tokens decoded per self-test run
 _FLOORS = (2, 3, 4)
 _CEILINGS = (17, 12, 8)  # a verify call carries at most K + 1 = 17 rows
@@ -152,6 +153,7 @@ class LoadedModel:
         self.vocab_size = self.tokenizer.vocab_size
         self._lock = threading.Lock()  # one window at a time per model: CT2 decoder states are not shared
         self._selftests: dict[int, SelfTestResult] = {}
+        self._swept: dict[str, dict[str, float]] = {}  # late-position sweeps by key (see ``_sweeps``)
         # The encoder's large GEMMs scale with threads; the decoder's small calls may not (on this
         # project's 2-core Xeon a 3-row int8 call takes 20 ms on 2 threads and 11.5 ms on 1, a
         # 1-row step 11 vs 9.5 ms, logits bitwise equal). So the decoder may get its own instance.
@@ -228,7 +230,7 @@ class LoadedModel:
         return self._lock
 
     # --- batch invariance --------------------------------------------------------------------
-    def selftest(self, *, use_cache: bool = True, encoder_frames: int = 1500) -> SelfTestResult:
+    def selftest(self, *, use_cache: bool = True, encoder_frames: int = FULL_ENCODER_FRAMES) -> SelfTestResult:
         """Measure (or read from cache) which decoder and row range make batch-invariant decoding exact.
 
         The fork's kernels first (unless ``batch_decoder`` says otherwise); where no row floor
@@ -252,11 +254,11 @@ class LoadedModel:
                 pass
         result, measured = None, True
         if self.batch_decoder_choice != "invariant":
-            result = self._run_selftest(key, encoder_frames, self.decoder)
+            result = self._run_selftest(key, encoder_frames, self.decoder, use_cache)
         if self.batch_decoder_choice != "ct2" and (result is None or result.row_floor is None
                                                    or self._invariant_may_be_faster()):
             ct2 = result
-            invariant = self._run_invariant_selftest(key, encoder_frames)
+            invariant = self._run_invariant_selftest(key, encoder_frames, use_cache)
             if invariant.row_floor is not None and self.batch_decoder_choice == "auto":
                 faster = self._invariant_is_faster(invariant)
                 measured = faster is not None  # a machine too busy to price calls decides nothing for good
@@ -311,7 +313,7 @@ class LoadedModel:
                                                cross_threads=self.threads, graph=graph or "paired")
         return self._invariant
 
-    def _run_invariant_selftest(self, key: str, encoder_frames: int) -> SelfTestResult:
+    def _run_invariant_selftest(self, key: str, encoder_frames: int, use_cache: bool = True) -> SelfTestResult:
         """The invariant decoder's rows compared bitwise: 1-row steps against calls of 2..17 rows at
         several offsets, on random data and on speech. Unavailable (no onnxruntime or onnx, CUDA, a
         16-bit compute type) counts as failed."""
@@ -336,13 +338,13 @@ class LoadedModel:
                 float32_run, n = self._selftest_runner(encoder_frames, self._load(self.threads, "float32"),
                                                        speech=True)
                 exact = float32_run([1] * n)
-            result = self._compare_invariant_rows(model, key, encoder_frames, t0, exact)
+            result = self._compare_invariant_rows(model, key, encoder_frames, t0, exact, use_cache)
             if result.row_floor is not None:
                 break
         return result
 
     def _compare_invariant_rows(self, model, key: str, encoder_frames: int, t0: float,
-                                exact: np.ndarray) -> SelfTestResult:
+                                exact: np.ndarray, use_cache: bool = True) -> SelfTestResult:
         """Bitwise equal rows in every call pattern, and 1-row logits on speech near ``exact``
         (the float32 model's on the same tokens)."""
         diffs, wide = {}, {}
@@ -357,8 +359,10 @@ class LoadedModel:
                 diffs[label + ",".join(map(str, chunks))] = max_abs_diff(run(chunks), reference)
             for chunks in ([1] * n, [3, 17, 1, 9]):
                 wide[f"{label}wide {','.join(map(str, chunks))}"] = max_abs_diff(run(chunks, wide=True), reference)
-        diffs.update(self._sweeps(encoder_frames, model, 1, 17))
         ok = all(d == 0.0 for d in diffs.values()) and drift <= MAX_INVARIANT_DRIFT
+        if ok:  # every position a window can reach (where the first ones already part, no need)
+            diffs.update(self._sweeps(model, 1, 17, use_cache))
+            ok = all(d == 0.0 for d in diffs.values())
         diffs["speech vs float32 (relative)"] = drift
         return SelfTestResult(1 if ok else None, 17 if ok else None, False, {**diffs, **wide},
                               time.perf_counter() - t0, key, decoder="invariant",
@@ -422,7 +426,9 @@ class LoadedModel:
             encoder_output = encoder_output.to_device(ct2.Device.cuda)
         return encoder_output, self.tokenizer.sot_sequence("en")
 
-    def _selftest_key(self, threads: bool = True) -> str:
+    def _selftest_key(self, threads: bool = True, kernels: bool = True) -> str:
+        """Machine, build, device, compute type, threads (unless not ``threads``), model file and
+        CTranslate2's kernel settings (unless not ``kernels``): what a measurement depends on."""
         import ctranslate2
 
         stat = (self.model_dir / "model.bin").stat()
@@ -434,7 +440,8 @@ class LoadedModel:
             pass
         thread_part = f"{self.threads}/{self.decoder_threads}" if threads else "-"
         return "|".join(str(p) for p in (ctranslate2.__version__, cpu, self.device, self.compute_type, thread_part,
-                                         self.model_dir.resolve(), stat.st_size, int(stat.st_mtime), kernel_env()))
+                                         self.model_dir.resolve(), stat.st_size, int(stat.st_mtime),
+                                         kernel_env() if kernels else "-"))
 
     def _selftest_runner(self, encoder_frames: int, model, speech: bool = False, full: bool = False,
                          lead: int = 0):
@@ -467,20 +474,35 @@ class LoadedModel:
 
         return run, len(seq)
 
-    def _sweeps(self, encoder_frames: int, model, low: int, high: int) -> dict[str, float]:
+    def _sweeps(self, model, low: int, high: int, use_cache: bool) -> dict[str, float]:
         """Speech decoded to the last position after each of ``_SWEEP_LEADS`` previous-text tokens
         in calls cycling through ``low``..``high`` rows (:func:`_swept_rows`); stops at the first
-        lead whose rows part (one is enough to fail)."""
+        lead whose rows part (one is enough to fail).
+
+        Run once per machine, decoder and row range, at the full encoder length, and shared by the
+        self-tests of every encoder length (a short audio context's first use would otherwise pay
+        ~10 s on base): of a decoder layer's products only self-attention's shapes grow with the
+        position, and they do not include the encoder length, while cross-attention's, which do,
+        are the same at every position and are checked at each length on the first positions."""
+        # CTranslate2's kernel settings do not reach ONNX Runtime's kernels: not in the invariant decoder's key
+        ct2 = model is self.decoder
+        decoder = "ct2" if ct2 else f"invariant {model.graph} {_ort_version()}"
+        key = f"sweep-v1|{self._selftest_key(kernels=ct2)}|{decoder}|{low}..{high}"
+        cached = (self._swept.get(key) or cache_get(key)) if use_cache else None
+        if isinstance(cached, dict):
+            return cached
         diffs: dict[str, float] = {}
         for lead in _SWEEP_LEADS:
-            run, n = self._selftest_runner(encoder_frames, model, speech=True, full=True, lead=lead)
+            run, n = self._selftest_runner(FULL_ENCODER_FRAMES, model, speech=True, full=True, lead=lead)
             swept = _swept_rows(run, n, low, high, lead)
             diffs.update(swept)
             if any(d != 0.0 for d in swept.values()):
                 break
+        self._swept[key] = diffs
+        cache_put(key, diffs)
         return diffs
 
-    def _run_selftest(self, key: str, encoder_frames: int, model) -> SelfTestResult:
+    def _run_selftest(self, key: str, encoder_frames: int, model, use_cache: bool = True) -> SelfTestResult:
         """Decode one fixed token sequence in calls of many shapes and compare logits bitwise, on a
         random encoder output and again on speech (the bundled sample): on an AVX2-only CPU the
         fork's int8 kernels passed on random data (tiny.en: rows 4-5) and still differed on speech,
@@ -495,7 +517,7 @@ class LoadedModel:
             diffs.update({f"speech {k}": v for k, v in s_diffs.items()})
             floor, ceiling = (floor, min(ceiling, s_ceiling)) if s_floor == floor else (None, None)
         if floor is not None:  # every position a window can reach, in calls of every size
-            swept = self._sweeps(encoder_frames, model, floor, ceiling)
+            swept = self._sweeps(model, floor, ceiling, use_cache)
             diffs.update(swept)
             floor, ceiling = (floor, ceiling) if all(d == 0.0 for d in swept.values()) else (None, None)
         reference = run(_even(len(seq), floor or 3))
@@ -564,7 +586,7 @@ def _call_seconds(model, lm: LoadedModel, sizes: tuple[int, ...], trials: int = 
     real shape. Sizes are timed in turn within each trial, so a burst of load from elsewhere hits
     them alike; noise only adds time, so the fastest trial counts.
     """
-    encoder_output, prompt = lm._random_window(1500)
+    encoder_output, prompt = lm._random_window(FULL_ENCODER_FRAMES)
     text = lm.tokenizer.encode(_SELFTEST_TEXT)
     text = (text * (1 + (run_len + max(sizes)) // len(text)))[:run_len + max(sizes)]
     state, _ = model.prefill(encoder_output, prompt)
@@ -630,11 +652,15 @@ def _swept_rows(run, n: int, low: int, high: int, lead: int) -> dict[str, float]
     """Every position of ``run``'s sequence decoded in calls cycling through ``low``..``high`` rows
     (ascending, then descending: each size lands at many positions and offsets), compared with
     calls of ``high`` rows (the fewest calls; equal bits are transitive): the largest difference
-    of each cycle."""
+    of each cycle, up to the first that differs (one is enough to fail)."""
     reference = run(_cycled(n, [high], low))
-    return {f"after {lead} prompt tokens to position {MAX_POSITIONS - 1}, {label} {low}..{high}":
-            max_abs_diff(run(_cycled(n, sizes, low)), reference)
-            for label, sizes in (("up", list(range(low, high + 1))), ("down", list(range(high, low - 1, -1))))}
+    diffs: dict[str, float] = {}
+    for label, sizes in (("up", list(range(low, high + 1))), ("down", list(range(high, low - 1, -1)))):
+        d = max_abs_diff(run(_cycled(n, sizes, low)), reference)
+        diffs[f"after {lead} prompt tokens to position {MAX_POSITIONS - 1}, {label} {low}..{high}"] = d
+        if d != 0.0:
+            break
+    return diffs
 
 
 def _cycled(n: int, sizes: list[int], low: int) -> list[int]:

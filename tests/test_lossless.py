@@ -45,6 +45,32 @@ def test_selftest_finds_invariant_floor(base_engine):
     assert base_engine.row_floor == result.row_floor
 
 
+def test_the_late_position_sweep_runs_once_at_the_full_length(tiny_engine, monkeypatch, tmp_path):
+    """The self-test's sweep to the last decoder position (calls of every size, after no previous
+    text and after 330 tokens of it) is measured once per decoder and row range, on a full 30 s
+    window, and every encoder length's self-test reuses it (``--audio-ctx`` sizes check their own
+    length on the first positions only): a second call, here or in a new process, decodes nothing."""
+    from specwhisper import backend
+
+    lm = tiny_engine.lm
+    monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path))
+    monkeypatch.setattr(lm, "_swept", {})
+    runner, frames = lm._selftest_runner, []
+
+    def spy(encoder_frames, model, **options):
+        frames.append(encoder_frames)
+        return runner(encoder_frames, model, **options)
+
+    monkeypatch.setattr(lm, "_selftest_runner", spy)
+    first = lm._sweeps(lm.decoder, 3, 8, use_cache=True)
+    assert frames and set(frames) == {backend.FULL_ENCODER_FRAMES} and len(frames) <= len(backend._SWEEP_LEADS)
+    assert any(k.startswith(f"after 0 prompt tokens to position {backend.MAX_POSITIONS - 1}") for k in first), first
+    measured = len(frames)
+    monkeypatch.setattr(lm, "_swept", {})  # as a new process: from the cache file
+    assert lm._sweeps(lm.decoder, 3, 8, use_cache=True) == first and len(frames) == measured
+    assert lm._sweeps(lm.decoder, 3, 8, use_cache=False) == first and len(frames) == 2 * measured  # measured again
+
+
 def test_adversarial_drafters_never_change_tokens_base(base_engine, shared_data):
     for seed, clip in enumerate(representative(shared_data)):
         _check_clip(base_engine, clip, seed)
