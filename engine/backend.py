@@ -154,6 +154,7 @@ class LoadedModel:
         self._lock = threading.Lock()  # one window at a time per model: CT2 decoder states are not shared
         self._selftests: dict[int, SelfTestResult] = {}
         self._swept: dict[str, dict[str, float]] = {}  # late-position sweeps by key (see ``_sweeps``)
+        self._windows: dict[tuple[str, int], object] = {}  # the self-test's encoder outputs (``_speech_window``)
         # The encoder's large GEMMs scale with threads; the decoder's small calls may not (on this
         # project's 2-core Xeon a 3-row int8 call takes 20 ms on 2 threads and 11.5 ms on 1, a
         # 1-row step 11 vs 9.5 ms, logits bitwise equal). So the decoder may get its own instance.
@@ -238,7 +239,8 @@ class LoadedModel:
         Under ``auto`` the invariant decoder is also taken where the fork's kernels pass but its
         1-row step is clearly cheaper than theirs (``preferred``: every window then decodes on it).
         Kernels may be chosen by the cross-attention length too, so each encoder length (full
-        window or a fixed short audio context) has its own result.
+        window or a fixed short audio context) has its own result; the sweep to the last position
+        is shared (see ``_sweeps``).
         """
         if use_cache and encoder_frames in self._selftests:
             return self._selftests[encoder_frames]
@@ -410,21 +412,29 @@ class LoadedModel:
         return _monotone_costs(inv, ct2[1])
 
     def _speech_window(self, encoder_frames: int):
-        """The encoder output of the bundled sample's first seconds (``encoder_frames`` outputs) and a prompt."""
-        from .features import bundled_sample_window
+        """The encoder output of the bundled sample's first seconds (``encoder_frames`` outputs) and a
+        prompt; encoded once per length (a self-test decodes it many times: base's CTranslate2
+        encoder took ~1 s a window, six times a self-test)."""
+        key = ("speech", encoder_frames)
+        if key not in self._windows:
+            from .features import bundled_sample_window
 
-        features = bundled_sample_window(self.n_mels, n_frames=2 * encoder_frames)
-        return self.encode(features), self.tokenizer.sot_sequence("en")
+            features = bundled_sample_window(self.n_mels, n_frames=2 * encoder_frames)
+            self._windows[key] = self.encode(features)
+        return self._windows[key], self.tokenizer.sot_sequence("en")
 
     def _random_window(self, encoder_frames: int):
         """A random encoder output of the real shape (kernels depend on shapes, not data) and a prompt."""
-        ct2 = _import_ct2()
-        short = self.model.encode(ct2.StorageView.from_array(np.zeros((1, self.n_mels, 200), np.float32)))
-        enc = np.random.default_rng(0).standard_normal((1, encoder_frames, short.shape[2])).astype(np.float32)
-        encoder_output = ct2.StorageView.from_array(enc)
-        if self.device == "cuda":
-            encoder_output = encoder_output.to_device(ct2.Device.cuda)
-        return encoder_output, self.tokenizer.sot_sequence("en")
+        key = ("random", encoder_frames)
+        if key not in self._windows:
+            ct2 = _import_ct2()
+            short = self.model.encode(ct2.StorageView.from_array(np.zeros((1, self.n_mels, 200), np.float32)))
+            enc = np.random.default_rng(0).standard_normal((1, encoder_frames, short.shape[2])).astype(np.float32)
+            encoder_output = ct2.StorageView.from_array(enc)
+            if self.device == "cuda":
+                encoder_output = encoder_output.to_device(ct2.Device.cuda)
+            self._windows[key] = encoder_output
+        return self._windows[key], self.tokenizer.sot_sequence("en")
 
     def _selftest_key(self, threads: bool = True, kernels: bool = True) -> str:
         """Machine, build, device, compute type, threads (unless not ``threads``), model file and

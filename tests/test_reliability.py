@@ -440,8 +440,9 @@ def test_same_bytes_across_runs_and_thread_counts(base_model_dir, shared_data, e
     two = WhisperEngine(base_model_dir, threads=2, encoder=encoder)
     # ``auto`` may pick another batch decoder for another thread count (each is priced on its own
     # threads: on the Xeon the invariant decoder's 1-row step won on 1 thread and lost on 2), and a
-    # decoder is part of the numerics: the same decoder on both, threads alone differ
-    engines = {2: two, 1: WhisperEngine(base_model_dir, threads=1, encoder=encoder,
+    # decoder is part of the numerics: the same decoder on both, threads alone differ (and the default
+    # cost curve on one thread: drafts move no byte, and a table to measure took ~13 s)
+    engines = {2: two, 1: WhisperEngine(base_model_dir, threads=1, encoder=encoder, verify_cost=VerifyCost.default(),
                                         batch_decoder=two.selftest_result.decoder)}
     for numerics in ("batch-invariant", "single-row"):
         for path in paths:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..backend import LoadedModel
+from ..backend import FULL_ENCODER_FRAMES, LoadedModel
 from ..policy import VerifyCost, draft_model_best_k, expected_tokens
 
 ACCEPT_PRIOR = 0.7  # per-position acceptance assumed before a draft model has been measured
@@ -100,7 +100,7 @@ def draft_model_estimate(stats: DraftModelStats, draft_ms: float, main_step_ms: 
 
 def decoder_step_ms(lm: LoadedModel, steps: int = 8) -> float:
     """Median time of a 1-row decoder step on a random full-window encoder output (no encoder run)."""
-    encoder_output, prompt = lm._random_window(1500)
+    encoder_output, prompt = lm._random_window(FULL_ENCODER_FRAMES)
     state, _ = lm.decoder.prefill(encoder_output, prompt)
     token = lm.tokenizer.encode(" the")[0]
     times = []
