@@ -23,7 +23,6 @@ import pytest
 from adversarial import EarlyEot, Oracle, OutOfVocabulary, RandomIds, check_exact_under_adversaries
 from clips import clips, representative
 from decoding import decode, encode_clip
-from specwhisper import backend
 from specwhisper.policy import VerifyCost
 from specwhisper.sampling import PositionSampler
 
@@ -98,7 +97,6 @@ def test_self_test_falls_back_to_the_rowwise_graph_where_pairs_are_not_invariant
     padded = GraphBuilder.pair_rows
     monkeypatch.setattr(GraphBuilder, "pair_rows", pairs_unpadded)
     monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path / "machine"))
-    monkeypatch.setattr(backend, "_SWEEP_LEADS", ())  # the first positions tell the graphs apart
     # (a cache of its own: nothing else to measure in it than the self-test)
     pinned = dict(compute_type="int8", threads=2, batch_decoder="invariant", encoder="ct2", decoder_threads=2,
                   verify_cost=VerifyCost.default())
@@ -127,7 +125,6 @@ def test_self_test_refuses_an_invariant_graph_whose_logits_are_wrong(tiny_model_
 
     monkeypatch.setattr(GraphBuilder, "paired_qlinear", zeros)
     monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path))
-    monkeypatch.setattr(backend, "_SWEEP_LEADS", ())  # the first positions tell the graphs apart
     engine = WhisperEngine(tiny_model_dir, compute_type="int8", threads=2, batch_decoder="invariant", selftest=False,
                            encoder="ct2", decoder_threads=2)
     result = engine.lm.selftest(use_cache=False)

@@ -120,7 +120,8 @@ def ljspeech(shared_data) -> dict:
 
 def test_long_audio_seeks_by_segment_and_keeps_the_speech(base_model_dir, ljspeech):
     """Timestamps (the default beyond 30 s) keep the speech that fixed windows drop, and the
-    segments tile the audio; speculation with prompt lookup leaves every window's tokens alone."""
+    segments tile the audio. (That speculation leaves a seeking window's tokens alone is asserted on
+    long-form with previous text and the temperature ladder: test_fallback.py.)"""
     from benchmarks.metrics import clip_errors
     from specwhisper import WhisperEngine
 
@@ -147,8 +148,6 @@ def test_long_audio_seeks_by_segment_and_keeps_the_speech(base_model_dir, ljspee
     cues = [c for c in srt.strip().split("\n\n") if c]
     assert len(cues) == len([s for s in segments if s.text.strip()]) > len(seeking.windows)
     assert cues[1].splitlines()[1].startswith("00:00:") and " --> " in cues[1]
-    plain = engine.transcribe(ljspeech["path"], language="en", numerics="batch-invariant", speculation=False)
-    assert [w.tokens for w in plain.windows] == [w.tokens for w in seeking.windows]
     assert seeking.stats["verify_calls"] > 0
 
 
