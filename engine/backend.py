@@ -154,7 +154,7 @@ class LoadedModel:
         self._lock = threading.Lock()  # one window at a time per model: CT2 decoder states are not shared
         self._selftests: dict[int, SelfTestResult] = {}
         self._swept: dict[str, dict[str, float]] = {}  # late-position sweeps by key (see ``_sweeps``)
-        self._windows: dict[tuple[str, int], object] = {}  # the self-test's encoder outputs (``_speech_window``)
+        self._speech_windows: dict[int, object] = {}  # encoded speech, by length, while a self-test runs
         # The encoder's large GEMMs scale with threads; the decoder's small calls may not (on this
         # project's 2-core Xeon a 3-row int8 call takes 20 ms on 2 threads and 11.5 ms on 1, a
         # 1-row step 11 vs 9.5 ms, logits bitwise equal). So the decoder may get its own instance.
@@ -256,7 +256,7 @@ class LoadedModel:
                 pass
         result, measured = None, True
         if self.batch_decoder_choice != "invariant":
-            result = self._run_selftest(key, encoder_frames, self.decoder, use_cache)
+            result = self._run_selftest(key, encoder_frames, use_cache)
         if self.batch_decoder_choice != "ct2" and (result is None or result.row_floor is None
                                                    or self._invariant_may_be_faster()):
             ct2 = result
@@ -269,6 +269,7 @@ class LoadedModel:
                 result = invariant
                 if ct2 is not None:
                     result = replace(result, ct2_diffs=ct2.max_abs_diff_by_rows, seconds=result.seconds + ct2.seconds)
+        self._speech_windows.clear()  # needed by this measurement only (a full window is 3 MB on base)
         if measured:
             cache_put(key, asdict(result))
         self._selftests[encoder_frames] = result
@@ -415,26 +416,22 @@ class LoadedModel:
         """The encoder output of the bundled sample's first seconds (``encoder_frames`` outputs) and a
         prompt; encoded once per length (a self-test decodes it many times: base's CTranslate2
         encoder took ~1 s a window, six times a self-test)."""
-        key = ("speech", encoder_frames)
-        if key not in self._windows:
+        if encoder_frames not in self._speech_windows:
             from .features import bundled_sample_window
 
             features = bundled_sample_window(self.n_mels, n_frames=2 * encoder_frames)
-            self._windows[key] = self.encode(features)
-        return self._windows[key], self.tokenizer.sot_sequence("en")
+            self._speech_windows[encoder_frames] = self.encode(features)
+        return self._speech_windows[encoder_frames], self.tokenizer.sot_sequence("en")
 
     def _random_window(self, encoder_frames: int):
         """A random encoder output of the real shape (kernels depend on shapes, not data) and a prompt."""
-        key = ("random", encoder_frames)
-        if key not in self._windows:
-            ct2 = _import_ct2()
-            short = self.model.encode(ct2.StorageView.from_array(np.zeros((1, self.n_mels, 200), np.float32)))
-            enc = np.random.default_rng(0).standard_normal((1, encoder_frames, short.shape[2])).astype(np.float32)
-            encoder_output = ct2.StorageView.from_array(enc)
-            if self.device == "cuda":
-                encoder_output = encoder_output.to_device(ct2.Device.cuda)
-            self._windows[key] = encoder_output
-        return self._windows[key], self.tokenizer.sot_sequence("en")
+        ct2 = _import_ct2()
+        short = self.model.encode(ct2.StorageView.from_array(np.zeros((1, self.n_mels, 200), np.float32)))
+        enc = np.random.default_rng(0).standard_normal((1, encoder_frames, short.shape[2])).astype(np.float32)
+        encoder_output = ct2.StorageView.from_array(enc)
+        if self.device == "cuda":
+            encoder_output = encoder_output.to_device(ct2.Device.cuda)
+        return encoder_output, self.tokenizer.sot_sequence("en")
 
     def _selftest_key(self, threads: bool = True) -> str:
         """Machine, build, device, compute type, threads (unless not ``threads``), model file and
@@ -508,17 +505,17 @@ class LoadedModel:
         cache_put(key, diffs)
         return diffs
 
-    def _run_selftest(self, key: str, encoder_frames: int, model, use_cache: bool = True) -> SelfTestResult:
+    def _run_selftest(self, key: str, encoder_frames: int, use_cache: bool = True) -> SelfTestResult:
         """Decode one fixed token sequence in calls of many shapes and compare logits bitwise, on a
         random encoder output and again on speech (the bundled sample): on an AVX2-only CPU the
         fork's int8 kernels passed on random data (tiny.en: rows 4-5) and still differed on speech,
         where some kernels saturate 16-bit sums that others do not. The floor must hold on both."""
         t0 = time.perf_counter()
-        run, _ = self._selftest_runner(encoder_frames, model)
+        run, _ = self._selftest_runner(encoder_frames, self.decoder)
         seq = range(_SELFTEST_LEN)
         floor, ceiling, diffs = _invariant_rows(run, len(seq))
         if floor is not None:
-            speech, _ = self._selftest_runner(encoder_frames, model, speech=True)
+            speech, _ = self._selftest_runner(encoder_frames, self.decoder, speech=True)
             s_floor, s_ceiling, s_diffs = _invariant_rows(speech, len(seq), floors=(floor,))
             diffs.update({f"speech {k}": v for k, v in s_diffs.items()})
             floor, ceiling = (floor, min(ceiling, s_ceiling)) if s_floor == floor else (None, None)

@@ -48,10 +48,11 @@ def test_selftest_finds_invariant_floor(base_engine):
 
 
 def test_the_late_position_sweep_runs_once_at_the_full_length(tiny_engine, monkeypatch, tmp_path):
-    """The self-test's sweep to the last decoder position (calls of every size, after no previous
-    text and after 330 tokens of it) is measured once per decoder and row range, on a full 30 s
-    window, and every encoder length's self-test reuses it (``--audio-ctx`` sizes check their own
-    length on the first positions only): a second call, here or in a new process, decodes nothing."""
+    """The self-test's sweep of the fork's kernels to the last decoder position (calls of every
+    size, after no previous text and after 330 tokens of it) is measured once per machine and row
+    range, on a full 30 s window, and every encoder length's self-test reuses it (``--audio-ctx``
+    sizes check their own length on the first positions only): a second call, here or in a new
+    process, decodes nothing."""
     from specwhisper import backend
 
     lm = tiny_engine.lm
