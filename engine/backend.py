@@ -6,6 +6,7 @@ model) touch CTranslate2 objects.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -721,11 +722,34 @@ def cache_get(key: str):
 
 
 def cache_put(key: str, value) -> None:
+    """Add one value. Read, changed and written under a lock on a file beside it: processes that
+    measure at once (a batch job's pool) would otherwise each write back what they read, and the
+    last one's write would drop what the others had measured, to be measured again next time."""
     cache = _selftest_cache_path()
-    if cache is not None:
+    if cache is None:
+        return
+    with _cache_lock(cache):
         data = _read_cache(cache)
         data[key] = value
         _write_cache(cache, data)
+
+
+@contextlib.contextmanager
+def _cache_lock(cache: Path):
+    import fcntl
+
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(cache.with_suffix(".lock"), "a")  # noqa: SIM115 - held for the with block
+    except OSError:  # a read-only cache: the write that follows warns
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _read_cache(path: Path) -> dict:

@@ -50,6 +50,9 @@ def run_batch_command(args: argparse.Namespace) -> int:
                        retries=args.retries, stream=sys.stderr)
     if report.progress is not None:
         print(report.progress.summary(), file=sys.stderr)
+    if (decided := report.decisions) is not None:
+        print(f"decoded in {decided.numerics} numerics ({decided.why}), encoder {decided.encoder}, settled once for "
+              "every input", file=sys.stderr)
     done = sum(o.status != "failed" for o in report.outcomes)
     print(f"files: {done} of {len(report.outcomes)} transcribed or already there, {len(report.failed)} failed",
           file=sys.stderr)

@@ -344,7 +344,7 @@ class WhisperEngine:
 
             drafters = [PreviousPassDrafter(opts.draft_hint, self.tokenizer.special.timestamp_begin)] + drafters
         run = _Run(opts=opts, ctx_frames=ctx_frames,
-                   chain=DrafterChain(drafters) if opts.speculation and opts.draft_len != 0 else DrafterChain([]),
+                   chain=_drafter_chain(drafters, opts),
                    policy=self.policy if opts.draft_len is None else FixedDraftLength(opts.draft_len),
                    language=opts.language, initial=initial,
                    guesser=self.guesser if self.learn else BigramGuesser(self.tokenizer),
@@ -806,6 +806,17 @@ class WhisperEngine:
             draft.enabled = False  # no draft encoder on windows that will not speculate
         return numerics, reason + note, window_policy
 
+    def auto_numerics(self, speculation: bool = True, draft_len: int | None = None) -> tuple[str, str]:
+        """The numerics ``auto`` gives a 30 s window now, and why: what a batch job settles for all
+        its inputs (``batch.decisions``), so that a file's text does not depend on what the engine
+        that decoded it had learned from other files, nor on which worker that was."""
+        opts = TranscribeOptions(speculation=speculation, draft_len=draft_len)
+        numerics, reason, _ = self._choose_numerics(opts, _drafter_chain(self.drafters, opts), self.policy,
+                                                    check=self.selftest_result)
+        if self.draft_drafter is not None:
+            self.draft_drafter.enabled = False  # asked, not decoding: the next window decides again
+        return numerics, reason
+
     def _drafting_window_cost(self) -> VerifyCost:
         """The prices of the calls of a window the draft model drafts. Its thread takes the core
         that the invariant decoder's wide (2-thread) calls use when nothing runs beside them, so its
@@ -947,6 +958,11 @@ class WhisperEngine:
             raise SpecWhisperError("nothing learned: the engine was created without learn=True",
                                    where="--learn-save", hint="add --learn")
         return self.tokenmap_drafter.save(path)
+
+
+def _drafter_chain(drafters: list[Drafter], opts: TranscribeOptions) -> DrafterChain:
+    """The drafters a call asks (none with speculation off or ``draft_len=0``)."""
+    return DrafterChain(drafters) if opts.speculation and opts.draft_len != 0 else DrafterChain([])
 
 
 def _check_shared_model(loaded: LoadedModel, *, encoder: str, batch_decoder: str,

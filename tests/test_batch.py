@@ -164,6 +164,67 @@ def test_a_killed_pool_process_is_replaced_and_the_job_completes(tmp_path, share
     _assert_pools_end()
 
 
+def test_auto_is_settled_once_for_the_job_and_every_worker_decodes_in_it(tmp_path, shared_data, tiny_model_dir,
+                                                                          monkeypatch, capsys):
+    """Under auto a window's numerics follow what its engine learned from earlier files and timings
+    each process may measure differently: a batch settles them once, records them, and a pool's
+    processes decode in the driver's decisions, not in their own."""
+    from specwhisper.batch import decisions as decisions_module
+
+    folder = _clips(shared_data, tmp_path, 4)
+    options = _options(tiny_model_dir)
+    seq = transcribe_batch([str(folder)], str(tmp_path / "seq"), formats=("json",), **options)
+    settled = seq.decisions
+    assert settled is not None and settled.numerics in ("single-row", "batch-invariant")
+    assert settled.encoder in ("ct2", "onnx", "openvino") and settled.why
+    for path in (tmp_path / "seq").glob("*.json"):
+        data = json.loads(path.read_text())
+        assert data["batch_decisions"] == settled.to_dict() and data["encoder"] == settled.encoder
+        assert {w["numerics"] for w in data["windows"]} == {settled.numerics}
+
+    other = "single-row" if settled.numerics == "batch-invariant" else "batch-invariant"
+    forced = decisions_module.JobDecisions(other, "forced by the test", "ct2", "auto")
+    monkeypatch.setattr(decisions_module, "decide_for_job", lambda settings: forced)
+    pool = transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json",), workers=2, **options)
+    assert pool.ok and pool.decisions == forced
+    for path in (tmp_path / "pool").glob("*.json"):
+        data = json.loads(path.read_text())
+        decoded = other if other == "single-row" or data["row_floor"] is not None else "single-row"
+        assert data["encoder"] == "ct2" and {w["numerics"] for w in data["windows"]} == {decoded}
+    monkeypatch.undo()
+
+    assert main(["batch", str(folder), "--output-dir", str(tmp_path / "cli"), "--model", str(tiny_model_dir),
+                 "--threads", "1", "--language", "en"]) == 0
+    assert f"decoded in {settled.numerics} numerics ({settled.why}), encoder {settled.encoder}" in capsys.readouterr().err
+
+
+def _put_values(worker: int, start) -> None:
+    from specwhisper.backend import cache_put
+
+    start.wait(60)
+    for value in range(40):
+        cache_put(f"test-{worker}-{value}", value)
+
+
+def test_processes_writing_the_self_test_cache_at_once_keep_every_value(tmp_path, monkeypatch):
+    """A pool's processes measure and cache at once: none may drop what another wrote (without the
+    lock, 4 processes writing 40 values each at once kept about a third of them)."""
+    from specwhisper.backend import cache_get
+
+    monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path))
+    spawn = multiprocessing.get_context("spawn")
+    start = spawn.Event()
+    processes = [spawn.Process(target=_put_values, args=(w, start)) for w in range(4)]
+    for process in processes:
+        process.start()
+    time.sleep(1.0)  # every process imported and waiting: they write at once
+    start.set()
+    for process in processes:
+        process.join(60)
+    assert [p.exitcode for p in processes] == [0] * 4
+    assert all(cache_get(f"test-{w}-{v}") == v for w in range(4) for v in range(40))
+
+
 def _assert_pools_end(within_s: float = 30.0) -> None:
     """Every pool the job made, the dead one too, has ended its processes and its manager thread:
     otherwise the interpreter hangs at exit joining it (a survivor that the broken pool sent
@@ -255,11 +316,13 @@ def test_a_long_file_cut_into_pieces_is_stitched_with_its_times(tmp_path, shared
     assert starts == sorted(starts) and data["segments"][-1]["end_s"] > pieces[-1]["start_s"]
 
     waveform = load_audio(audio)
-    engine = WhisperEngine(str(tiny_model_dir), threads=1)
+    settled = data["batch_decisions"]  # what auto settled for the job: the reference decodes in it too
+    engine = WhisperEngine(str(tiny_model_dir), threads=1, encoder=settled["encoder"],
+                           batch_decoder=settled["batch_decoder"])
     alone = []
     for piece in pieces:
         stretch = waveform[round(piece["start_s"] * SAMPLE_RATE):round(piece["end_s"] * SAMPLE_RATE)]
-        alone += engine.transcribe(stretch, language="en").tokens
+        alone += engine.transcribe(stretch, language="en", numerics=settled["numerics"]).tokens
     engine.close()
     assert data["tokens"] == alone
     assert not list((tmp_path / "out" / LEDGER_DIR / "pieces").glob("*.json"))  # spent once stitched

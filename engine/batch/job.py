@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..errors import SpecWhisperError
+from .decisions import JobDecisions
 from .inputs import BatchItem, expand_inputs
 from .ledger import LEDGER_DIR, input_stamp, is_done, settings_key
 from .local_runner import CRASHED
@@ -26,6 +27,7 @@ class BatchReport:
 
     outcomes: list[Outcome] = field(default_factory=list)
     progress: BatchProgress | None = None
+    decisions: JobDecisions | None = None  # what ``auto`` settled for the inputs decoded (None: none was)
 
     @property
     def failed(self) -> list[Outcome]:
@@ -60,16 +62,17 @@ def run_batch(inputs: list[str], output_dir: str, settings: argparse.Namespace, 
     else:
         runner.close()
     finally:
+        decisions = runner.decisions
         if ray is not None:
             from .ray_runner import disconnect
 
             disconnect(started)
     for parent, (item, pieces, method, stamp) in plans.items():
         outcomes[parent] = _stitched(output_dir, item, pieces, method, stamp, outcomes, formats, key, settings,
-                                     cues)
+                                     cues, decisions)
         if on_outcome is not None:
             on_outcome(outcomes[parent])
-    return BatchReport([outcomes[item.name] for item in items if item.name in outcomes], progress)
+    return BatchReport([outcomes[item.name] for item in items if item.name in outcomes], progress, decisions)
 
 
 def _passes(runner, units: list[BatchItem], retries: int, progress: BatchProgress,
@@ -125,7 +128,7 @@ def _work_units(items: list[BatchItem], piece_s: float | None
 
 def _stitched(output_dir: str, item: BatchItem, pieces: list[BatchItem], method: str, stamp: dict,
               outcomes: dict[str, Outcome], formats: tuple[str, ...], key: str, settings: argparse.Namespace,
-              cues) -> Outcome:
+              cues, decisions: JobDecisions | None) -> Outcome:
     """A cut file's outcome: its outputs from its pieces' transcripts where all are there."""
     import json
 
@@ -143,7 +146,8 @@ def _stitched(output_dir: str, item: BatchItem, pieces: list[BatchItem], method:
     try:
         transcripts = [(p, json.loads(piece_file(output_dir, p.name).read_text(encoding="utf-8"))) for p in pieces]
         written = write_outputs(output_dir, item, stitch(transcripts, method), formats, key,
-                                {"beam_size": settings.beam_size}, cues, stamp)
+                                {"beam_size": settings.beam_size,
+                                 "batch_decisions": decisions.to_dict() if decisions else None}, cues, stamp)
     except (OSError, ValueError, SpecWhisperError) as exc:
         return Outcome(item.path, item.name, "failed", error=f"stitching its pieces: {exc}", worker="driver")
     for piece in pieces:  # the file's record verifies from now on; its pieces' transcripts are spent
@@ -243,10 +247,17 @@ def _runner(settings: argparse.Namespace, output_dir: str, formats: tuple[str, .
     if ray is not None:
         from .ray_runner import RayRunner, connect
 
-        started = connect(ray, workers * settings.threads)
-        return RayRunner(worker_args, workers, settings.threads, retries), started
+        decided = _decided(worker_args)  # before joining a cluster: a model that fails to load ends the job here
+        return RayRunner(decided, workers, settings.threads, retries), connect(ray, workers * settings.threads)
     from .local_runner import InProcessRunner, ProcessPoolRunner
 
     if workers == 1:
         return InProcessRunner(worker_args), False
-    return ProcessPoolRunner(worker_args, workers), False
+    return ProcessPoolRunner(_decided(worker_args), workers), False
+
+
+def _decided(worker_args: tuple) -> tuple:
+    """Workers in other processes get what ``auto`` settles, decided here once (``decisions``)."""
+    from .decisions import decide_for_job
+
+    return (*worker_args, None, decide_for_job(worker_args[0]))

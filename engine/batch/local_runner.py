@@ -63,6 +63,11 @@ class InProcessRunner:
         self._worker_args = worker_args
         self._worker: BatchWorker | None = None
 
+    @property
+    def decisions(self):
+        """What ``auto`` settled, by this runner's own engine (None before it loads)."""
+        return self._worker.decisions if self._worker is not None else None
+
     def run(self, items: list[BatchItem], alone: bool = False) -> Iterator[Outcome]:
         if self._worker is None:
             self._worker = BatchWorker(*self._worker_args)
@@ -82,6 +87,7 @@ class ProcessPoolRunner:
         self._worker_args = worker_args
         self._workers = workers
         self._pool: ProcessPoolExecutor | None = None
+        self.decisions = worker_args[4]  # settled in the driver for every process (``decisions``)
 
     def _fresh_pool(self) -> ProcessPoolExecutor:
         if self._pool is not None:

@@ -71,6 +71,7 @@ class RayRunner:
     def __init__(self, worker_args: tuple, workers: int, threads: int, retries: int) -> None:
         self._worker_args = _shipped(worker_args)
         self._workers, self._threads, self._retries = workers, threads, retries
+        self.decisions = worker_args[4]
 
     def run(self, items: list[BatchItem], alone: bool = False) -> Iterator[Outcome]:
         """Outcomes as inputs end (``alone`` has no use here: Ray retries a dead worker's input alone)."""
@@ -120,4 +121,4 @@ def _shipped(worker_args: tuple) -> tuple:
         except OSError as exc:
             raise SpecWhisperError(f"cannot read the token map: {exc.strerror}", where=settings.tokenmap,
                                    hint="give a token map made with 'specwhisper tokenmap build'") from None
-    return settings, output_dir, formats, shipped
+    return settings, output_dir, formats, shipped, *worker_args[4:]

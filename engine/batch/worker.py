@@ -15,6 +15,7 @@ from pathlib import Path
 from ..errors import SpecWhisperError
 from ..io_utils import atomic_write_bytes
 from . import ledger
+from .decisions import JobDecisions, decide
 from .inputs import BatchItem
 from .parquet import parquet_row_bytes
 
@@ -75,16 +76,21 @@ def write_outputs(output_dir: str, item: BatchItem, result, formats: tuple[str, 
 
 class BatchWorker:
     """Holds one engine for the life of the worker (the model loads once). ``settings``: the
-    ``batch`` command's options; ``shipped``: files the driver read for the workers (a token map),
-    by option name, written here to local temporary files so that a worker on another machine
-    needs no shared file system for them."""
+    ``batch`` command's options (the resume key is theirs); ``shipped``: files the driver read for
+    the workers (a token map), by option name, written here to local temporary files so that a
+    worker on another machine needs no shared file system for them; ``decisions``: what ``auto``
+    settled for the job (``batch.decisions``), None in the job's first engine, which settles it."""
 
     def __init__(self, settings: argparse.Namespace, output_dir: str, formats: tuple[str, ...],
-                 shipped: dict[str, bytes] | None = None) -> None:
+                 shipped: dict[str, bytes] | None = None, decisions: JobDecisions | None = None) -> None:
         from ..file_transcriber import check_decoding_options, open_transcriber
 
         self.settings = argparse.Namespace(**vars(settings))
-        self._scratch = tempfile.TemporaryDirectory(prefix="specwhisper-worker-")
+        if decisions is not None:
+            decisions.apply(self.settings)
+        # only where files were shipped: a pool process ends without running finalizers, and a
+        # killed one cannot, so an unused folder would be left behind by each
+        self._scratch = tempfile.TemporaryDirectory(prefix="specwhisper-worker-") if shipped else None
         for option, data in (shipped or {}).items():
             local = Path(self._scratch.name) / f"{option}{Path(getattr(settings, option) or '').suffix}"
             local.write_bytes(data)
@@ -94,6 +100,10 @@ class BatchWorker:
         self.key = ledger.settings_key(vars(settings) | {"formats": tuple(formats)})
         self.cues = check_decoding_options(for_checks(self.settings, formats))
         self.engine, self._transcribe = open_transcriber(self.settings)
+        if decisions is None:  # the job's first engine (the driver's own): it decides for the job
+            decisions = decide(self.engine, self.settings)
+            decisions.apply(self.settings)
+        self.decisions = decisions
         self.name = f"{os.uname().nodename}:{os.getpid()}"
 
     def __call__(self, item: BatchItem) -> Outcome:
@@ -123,7 +133,8 @@ class BatchWorker:
 
     def _write(self, item: BatchItem, result, stamp: dict) -> list[Path]:
         return write_outputs(self.output_dir, item, result, self.formats, self.key,
-                             {"beam_size": self.settings.beam_size}, self.cues, stamp)
+                             {"beam_size": self.settings.beam_size, "batch_decisions": self.decisions.to_dict()},
+                             self.cues, stamp)
 
     def _write_piece(self, item: BatchItem, result, stamp: dict) -> list[Path]:
         from ..writers import render
@@ -139,7 +150,8 @@ class BatchWorker:
 
     def close(self) -> None:
         self.engine.close()
-        self._scratch.cleanup()
+        if self._scratch is not None:
+            self._scratch.cleanup()
 
 
 def for_checks(settings: argparse.Namespace, formats: tuple[str, ...]) -> argparse.Namespace:
