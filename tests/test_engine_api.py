@@ -84,6 +84,20 @@ def test_each_window_logs_its_predicted_and_realised_speedup(base_engine, shared
     assert realised_speedup(9, 2, {3: 2}, VerifyCost({1: 1.0, 3: 1.5})) == pytest.approx(8 / 5)
 
 
+def test_single_row_windows_are_replayed_in_the_shadow_with_and_without_timestamps(base_engine, shared_data):
+    """A timestamped single-row window runs CTranslate2's own greedy loop, and its drafters still
+    replay it in the shadow, so that the policy learns from it what speculation would have given (a
+    regression once left timestamped long-form windows unlearned: the policy kept its prior for
+    every window); a window without timestamps, on 1-row steps, too."""
+    engine = WhisperEngine(loaded=base_engine.lm)  # prompt lookup on, a policy of its own
+    prior = engine.policy.expected_speedup()
+    long_form = engine.transcribe(shared_data / "longform/longform.flac", language="en", numerics="single-row")
+    assert len(long_form.windows) > 1 and all(w.stats["shadow_rounds"] > 0 for w in long_form.windows)
+    assert engine.policy.expected_speedup() != prior
+    clip = engine.transcribe(shared_data / "real/audio/jfk.flac", language="en", numerics="single-row")
+    assert clip.windows[0].stats["shadow_rounds"] > 0 and clip.windows[0].stats["verify_calls"] == 0
+
+
 def test_verify_cost_interpolates():
     cost = VerifyCost({1: 1.0, 2: 1.6, 4: 1.8})
     assert cost(1) == 1.0 and cost(3) == pytest.approx(1.7) and cost(10) == 1.8
