@@ -256,9 +256,14 @@ def _identical(row: dict, system: str, default: str, index: dict) -> bool | None
             elif tokens != ref_tokens:
                 return False
         return None if unmatched else True
-    ref_row = index.get((row["clip"], _reference(row, system, default, index)))
+    reference = _reference(row, system, default, index)
+    ref_row = index.get((row["clip"], reference))
     if not (ref_row and ref_row.get("ok")):
         return None
+    ref_numerics = ref_row.get("numerics") or {v: k for k, v in NUMERICS_REFERENCE.items()}.get(reference)
+    if system not in NUMERICS_REFERENCE.values() and row.get("numerics") and ref_numerics \
+            and row["numerics"] != ref_numerics:
+        return None  # greedy in other numerics (its own did not run): says nothing about exactness
     return _text_tokens(row) == _text_tokens(ref_row)
 
 

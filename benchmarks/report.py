@@ -133,7 +133,8 @@ def markdown_report(results: dict) -> str:
              f"(baseline `{meta.get('baseline')}`); `dec speedup` = decoder time of "
              f"`{meta.get('decoder_baseline')}` / the system's. `= greedy`: clips whose text tokens equal "
              "greedy's in the same numerics (spec-* drafters vs greedy-batch-invariant, the rest vs "
-             "greedy-single-row). Ar = accepted/drafted, Al = accepted drafts per verify call, mean K = "
+             "greedy-single-row; a clip whose numerics' greedy did not run is left out of the count, "
+             "unchecked). Ar = accepted/drafted, Al = accepted drafts per verify call, mean K = "
              "drafts per verify call. numerics: what our engine decoded in (SR single-row, BI batch-invariant). RSS: resident memory of the process that ran the system, sampled after "
              "its run (in-process systems share one process and its models; peers run in their own).", ""]
     note = encoder_note(summary)

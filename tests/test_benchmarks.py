@@ -103,6 +103,11 @@ def test_identity_is_judged_against_greedy_in_the_numerics_actually_used():
                                 baseline=None, decoder_baseline=None)["s"]
     assert (summary["spec-combined"]["identical"], summary["spec-combined"]["identical_of"]) == (2, 2)
     assert summary["greedy-batch-invariant"]["identical"] == 0  # BI vs SR: a near-tie differs
+    # without a batch-invariant greedy run, a batch-invariant clip is unchecked, not compared with single-row
+    unchecked = metrics.summarise([r for r in records if r["system"] != "greedy-batch-invariant"],
+                                  reference_for={"spec-combined": "greedy-single-row"}, baseline=None,
+                                  decoder_baseline=None)["s"]["spec-combined"]
+    assert (unchecked["identical"], unchecked["identical_of"]) == (1, 1)
 
 
 def test_mixed_numerics_clips_are_checked_window_by_window():
