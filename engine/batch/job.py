@@ -145,9 +145,8 @@ def _stitched(output_dir: str, item: BatchItem, pieces: list[BatchItem], method:
                        f"{failed[0].error}", retryable=False, worker="driver")
     try:
         transcripts = [(p, json.loads(piece_file(output_dir, p.name).read_text(encoding="utf-8"))) for p in pieces]
-        written = write_outputs(output_dir, item, stitch(transcripts, method), formats, key,
-                                {"beam_size": settings.beam_size,
-                                 "batch_decisions": decisions.to_dict() if decisions else None}, cues, stamp)
+        written = write_outputs(output_dir, item, stitch(transcripts, method), formats, key, settings.beam_size,
+                                decisions, cues, stamp)
     except (OSError, ValueError, SpecWhisperError) as exc:
         return Outcome(item.path, item.name, "failed", error=f"stitching its pieces: {exc}", worker="driver")
     for piece in pieces:  # the file's record verifies from now on; its pieces' transcripts are spent

@@ -59,12 +59,13 @@ def piece_record_name(name: str) -> str:
     return f"{PIECE_DIR}/{name}"
 
 
-def write_outputs(output_dir: str, item: BatchItem, result, formats: tuple[str, ...], key: str, extra: dict,
-                  cues, stamp: dict) -> list[Path]:
+def write_outputs(output_dir: str, item: BatchItem, result, formats: tuple[str, ...], key: str, beam_size: int,
+                  decisions: JobDecisions | None, cues, stamp: dict) -> list[Path]:
     """``item``'s outputs in every format, each atomic, then its ledger record (last: a record
-    means the outputs are whole)."""
+    means the outputs are whole). The JSON also says the beam size and what ``auto`` settled."""
     from ..writers import render
 
+    extra = {"beam_size": beam_size, "batch_decisions": decisions.to_dict() if decisions else None}
     paths = output_files(output_dir, item.name, formats)
     for fmt, path in zip(formats, paths):
         data = (parquet_row_bytes(item, result) if fmt == "parquet"
@@ -132,9 +133,8 @@ class BatchWorker:
                        wall_s=time.perf_counter() - start, outputs=tuple(str(p) for p in written), worker=self.name)
 
     def _write(self, item: BatchItem, result, stamp: dict) -> list[Path]:
-        return write_outputs(self.output_dir, item, result, self.formats, self.key,
-                             {"beam_size": self.settings.beam_size, "batch_decisions": self.decisions.to_dict()},
-                             self.cues, stamp)
+        return write_outputs(self.output_dir, item, result, self.formats, self.key, self.settings.beam_size,
+                             self.decisions, self.cues, stamp)
 
     def _write_piece(self, item: BatchItem, result, stamp: dict) -> list[Path]:
         from ..writers import render
