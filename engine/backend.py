@@ -97,6 +97,7 @@ class SelfTestResult:
     preferred: bool = False
     wide: bool = False  # the invariant decoder's rows are the same bits on its wide (2-thread) session
     graph: str = ""  # the invariant decoder's step graph that passed (``invariant_graph.GRAPHS``)
+    cache_step: int = 0  # positions its caches grow by (0: full-length caches; see ``invariant_decoder``)
 
     @property
     def contract(self) -> str:
@@ -105,7 +106,8 @@ class SelfTestResult:
             return "none: no decoder gave bitwise invariant rows here (speculation off)"
         if self.decoder == "invariant":
             return (f"bitwise: ONNX Runtime invariant decoder, calls of {self.row_floor}..{self.row_ceiling} rows "
-                    "(row-wise quantization and attention of fixed length"
+                    "(row-wise quantization; attention over "
+                    + (f"caches grown by {self.cache_step} positions" if self.cache_step else "full-length caches")
                     + (f"; {self.graph} step graph)" if self.graph else ")")
                     + ("; every window, its 1-row step being faster than CTranslate2's here" if self.preferred else "")
                     + ("; rows alike on its 1- and 2-thread sessions (a window alone on the CPU runs on 2)"
@@ -249,8 +251,7 @@ class LoadedModel:
         if use_cache:
             try:
                 cached = SelfTestResult(**cache_get(key))
-                if cached.decoder == "invariant" and cached.graph:
-                    self.invariant_decoder(cached.graph)
+                self._use_invariant(cached)
                 self._selftests[encoder_frames] = cached
                 return cached
             except TypeError:  # absent, or written by another version: measure again
@@ -289,14 +290,18 @@ class LoadedModel:
         if use_cache:
             try:
                 cached = SelfTestResult(**cache_get(part_key))
-                if cached.decoder == "invariant" and cached.graph:
-                    self.invariant_decoder(cached.graph)
+                self._use_invariant(cached)
                 return replace(cached, key=key)
             except TypeError:  # absent, or written by another version: measure again
                 pass
         result = measure()
         cache_put(part_key, asdict(result))
         return result
+
+    def _use_invariant(self, result: SelfTestResult) -> None:
+        """Set the invariant decoder up as ``result`` (read from the cache) found it exact here."""
+        if result.decoder == "invariant" and result.graph:
+            self.invariant_decoder(result.graph).cache_step = result.cache_step or MAX_POSITIONS
 
     def _invariant_may_be_faster(self) -> bool:
         """Whether the invariant decoder is worth trying beside passing fork kernels (``auto``, CPU)."""
@@ -347,6 +352,7 @@ class LoadedModel:
         if self.device != "cpu" or not (self.compute_type.startswith("int8") or self.compute_type == "float32"):
             return SelfTestResult(None, None, False, {"invariant": f"not for {self.device} {self.compute_type}"},
                                   time.perf_counter() - t0, key, decoder="invariant")
+        from .invariant_decoder import CACHE_STEP
         from .invariant_graph import GRAPHS
 
         # The faster graph first, the row-wise one where its rows are not invariant here; a later
@@ -364,10 +370,52 @@ class LoadedModel:
                 float32_run, n = self._selftest_runner(encoder_frames, self._load(self.threads, "float32"),
                                                        speech=True)
                 exact = float32_run([1] * n)
+            model.cache_step = CACHE_STEP
             result = self._compare_invariant_rows(model, key, encoder_frames, t0, exact)
+            if result.row_floor is None:
+                continue
+            swept = self._cache_length_sweep(model)
+            if all(d == 0.0 for d in swept.values()):
+                return replace(result, cache_step=CACHE_STEP, max_abs_diff_by_rows={**result.max_abs_diff_by_rows, **swept},
+                               seconds=time.perf_counter() - t0)
+            model.cache_step = MAX_POSITIONS  # rows differ with the caches' length here: keep them full
+            result = self._compare_invariant_rows(model, key, encoder_frames, t0, exact)
+            result = replace(result, max_abs_diff_by_rows={**result.max_abs_diff_by_rows, **swept})
             if result.row_floor is not None:
                 break
         return result
+
+    def _cache_length_sweep(self, model) -> dict[str, float]:
+        """The invariant decoder's rows on speech to the last position, its caches grown by
+        ``CACHE_STEP`` (narrow and wide sessions, calls cycling through 1..17 rows, so each
+        position is computed over caches of several lengths), against full-length caches in
+        17-row calls: the largest difference of each. Once per machine, graph and decoder threads,
+        at the full encoder length (only self-attention's length changes with it). Leaves the
+        model's caches growing."""
+        from .invariant_decoder import CACHE_STEP
+
+        key = f"length-sweep-v1|{self._selftest_key()}|{_ort_version()}|{model.graph}"
+        cached = self._swept.get(key) or cache_get(key)
+        if isinstance(cached, dict):
+            return cached
+        diffs: dict[str, float] = {}
+        for lead in _SWEEP_LEADS:
+            run, n = self._selftest_runner(FULL_ENCODER_FRAMES, model, speech=True, full=True, lead=lead)
+            model.cache_step = MAX_POSITIONS
+            reference = run(_cycled(n, [17], 1))
+            model.cache_step = CACHE_STEP
+            for label, sizes, wide in (("up", list(range(1, 18)), False), ("down", list(range(17, 0, -1)), False),
+                                       ("wide up", list(range(1, 18)), True)):
+                d = max_abs_diff(run(_cycled(n, sizes, 1), wide=wide), reference)
+                diffs[f"caches grown by {CACHE_STEP}, after {lead} prompt tokens to position {MAX_POSITIONS - 1}, "
+                      f"{label} 1..17"] = d
+                if d != 0.0:
+                    break
+            if any(d != 0.0 for d in diffs.values()):
+                break
+        self._swept[key] = diffs
+        cache_put(key, diffs)
+        return diffs
 
     def _compare_invariant_rows(self, model, key: str, encoder_frames: int, t0: float,
                                 exact: np.ndarray) -> SelfTestResult:
@@ -385,9 +433,9 @@ class LoadedModel:
                 diffs[label + ",".join(map(str, chunks))] = max_abs_diff(run(chunks), reference)
             for chunks in ([1] * n, [3, 17, 1, 9]):
                 wide[f"{label}wide {','.join(map(str, chunks))}"] = max_abs_diff(run(chunks, wide=True), reference)
-        # No sweep to the last position (the fork's kernels need one): this graph attends over its
-        # cache's whole fixed length with a mask, so every call has the same shapes at every position
-        # and no kernel can change with it (sweeping it found nothing on either CPU, and cost ~9 s on base).
+        # Positions: this graph attends over its cache's whole length with a mask, so a call's shapes
+        # change with the cache's length only, not with the position; ``_cache_length_sweep`` checks
+        # every length to the last position once per machine.
         ok = all(d == 0.0 for d in diffs.values()) and drift <= MAX_INVARIANT_DRIFT
         diffs["speech vs float32 (relative)"] = drift
         return SelfTestResult(1 if ok else None, 17 if ok else None, False, {**diffs, **wide},

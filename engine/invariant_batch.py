@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .invariant_decoder import InvariantDecoder, InvariantDecoderState, cache_block
+from .invariant_decoder import InvariantDecoder, InvariantDecoderState, cache_block, grow_caches
 
 
 class LockstepGate:
@@ -33,7 +33,7 @@ class LockstepGate:
         on the decoder's wide session: nothing runs beside a lockstep batch, and lockstep is
         used only where that session's rows are the same bits as the 1-thread one's."""
         self.decoder = decoder
-        self.feeds = cache_block(decoder.shape, slots, frames=frames)
+        self.feeds = cache_block(decoder.shape, slots, frames=frames, positions=decoder.cache_step)
         self.frames = frames
         self._free = list(range(slots))
         self._active: set[int] = set()
@@ -58,6 +58,7 @@ class LockstepGate:
                 raise RuntimeError("more windows in flight than lockstep slots")
             slot = min(self._free)
             self._free.remove(slot)
+            grow_caches(self.feeds, n, self.decoder.cache_step, self.decoder.shape.max_positions)
             for name, value in alone.feeds.items():
                 if name.startswith("cross_"):
                     self.feeds[name][slot] = value[0]

@@ -10,9 +10,10 @@ that does not depend on how many rows the call has:
 * int8 linears quantize activations per row and multiply in integers (exact sums): in the step
   graph as ONNX Runtime ``MatMulNBits`` nodes over row pairs (``GraphBuilder.paired_qlinear``),
   in the once-a-window cross graph as the MatMulInteger chain (``GraphBuilder.qlinear``);
-* self-attention writes the call's keys and values into a cache of fixed length at their
-  absolute positions and attends over that whole length with a mask, so a position's scores sit
-  at the same places and are reduced over the same length in a 1-row step and in a 17-row call;
+* self-attention writes the call's keys and values into a cache at their absolute positions and
+  attends over its whole length with a mask, so a position's scores sit at the same places in a
+  1-row step and in a 17-row call; the cache's length does not depend on the call (the caller
+  grows it in steps of 64 positions: a masked position adds exact zeros, checked per machine);
 * layer norms, softmaxes and activations work per row.
 
 The runtime self-test (``backend``) checks the result bitwise on each machine before it is used.
@@ -31,7 +32,7 @@ import numpy as np
 from .errors import ModelError
 from .onnx_build import GraphBuilder, float_weight, int8_linear, read_weights, serialize
 
-GRAPH_VERSION = 5  # part of the self-test's cache key: a changed graph is a changed numerics
+GRAPH_VERSION = 6  # part of the self-test's cache key: a changed graph is a changed numerics (6: caches grow)
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ def _step_graph(w: dict, s: DecoderShape, dh: int, precision: str, paired: bool)
     outputs = []
     for i in range(s.layers):
         p = f"decoder/layer_{i}"
-        # self-attention over the fixed-length cache with this call's rows written at their positions
+        # self-attention over the whole cache with this call's rows written at their positions
         h = b.layer_norm(x, w[f"{p}/self_attention/layer_norm/gamma"], w[f"{p}/self_attention/layer_norm/beta"])
         qkv = b.linear(h, f"{p}/self_attention/linear_0", out_scale=np.concatenate(
             [np.full(s.d_model, dh ** -0.5), np.ones(2 * s.d_model)]).astype(np.float32))

@@ -2,7 +2,7 @@
 
 On CPUs without AVX-512 no call size makes the fork's int8 rows bitwise alike (jumps of half a
 logit or more). The ONNX Runtime decoder built from the model's own weights computes each row
-alone (per-row quantization, attention of fixed length), so a token's logits are the same in a
+alone (per-row quantization, attention over the whole cache with a mask), so a token's logits are the same in a
 1-row step and at any row of a 17-row call. Checked here three ways: the decoder's logits over
 random call patterns on real audio, the engine pinned to it with adversarial drafters, and a
 child process whose oneDNN kernels are held to AVX2 (``ONEDNN_MAX_CPU_ISA=AVX2`` reproduces an
@@ -74,6 +74,39 @@ def test_rows_are_bitwise_alike_in_any_call(precision, graph, base_model_dir, ba
     assert "ask not what your country" in base_engine.tokenizer.decode(tokens[:-1])  # a working decoder
     reference = _logits_by_pattern(decoder, enc, prompt, tokens, [1] * len(tokens))
     rng = np.random.default_rng(0)
+    for _ in range(4):
+        chunks, left = [], len(tokens)
+        while left:
+            chunks.append(min(left, int(rng.integers(1, 18))))
+            left -= chunks[-1]
+        assert np.array_equal(_logits_by_pattern(decoder, enc, prompt, tokens, chunks), reference), chunks
+
+
+def test_rows_do_not_depend_on_the_caches_length(base_engine, shared_data):
+    """Caches grow in steps of ``CACHE_STEP`` positions (attention over 64 positions costs less
+    than over 448), and a masked position adds exact zeros: a window whose text crosses several
+    steps, decoded in random call patterns (so each position is computed over caches of different
+    lengths), gives the same bits as full-length caches in 1-row steps."""
+    from specwhisper.invariant_decoder import CACHE_STEP, InvariantDecoder, cache_length
+    from specwhisper.model_store import resolve_model
+
+    decoder = InvariantDecoder(resolve_model("base", prefer_int8=True), threads=1)
+    assert decoder.cache_step == CACHE_STEP == 64
+    enc, _ = encode_clip(base_engine, str(shared_data / "real/audio/jfk.flac"))
+    tok = base_engine.tokenizer
+    earlier = tok.encode(" And so, my fellow Americans, ask not what your country can do for you.") * 8
+    prompt = [tok.special.sot_prev] + earlier[:120] + tok.sot_sequence("en")  # the text runs past 128 positions
+    state, first = decoder.prefill(enc, prompt)
+    assert cache_length(state.feeds) == 128  # the prompt's 124 positions, rounded up to the step
+    tokens = [int(np.argmax(first))]
+    while tokens[-1] != tok.special.eot and len(tokens) < 60:
+        tokens.append(decoder.forward_step_greedy(state, tokens[-1]))
+    assert len(prompt) + len(tokens) > 128 and cache_length(state.feeds) == 192
+    assert "ask not what your country" in tok.decode(tokens[:-1])
+    decoder.cache_step = 448
+    reference = _logits_by_pattern(decoder, enc, prompt, tokens, [1] * len(tokens))
+    decoder.cache_step = CACHE_STEP
+    rng = np.random.default_rng(1)
     for _ in range(4):
         chunks, left = [], len(tokens)
         while left:
