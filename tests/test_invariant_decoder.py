@@ -115,6 +115,36 @@ def test_rows_do_not_depend_on_the_caches_length(base_engine, shared_data):
         assert np.array_equal(_logits_by_pattern(decoder, enc, prompt, tokens, chunks), reference), chunks
 
 
+def test_self_test_keeps_full_length_caches_where_rows_change_with_the_length(tiny_model_dir, monkeypatch,
+                                                                            tmp_path):
+    """Where a row's bits change with the cache's length (here: grown caches filled with NaN
+    instead of zeros, which the mask no longer hides from the values' products), the self-test's
+    sweep finds it and keeps the caches full-length: the decoder stays exact, at its old price."""
+    import specwhisper.invariant_decoder as inv
+    from specwhisper import WhisperEngine
+
+    grow = inv.grow_caches
+
+    def grow_into_nan(feeds, needed, step, limit):
+        have = inv.cache_length(feeds)
+        grow(feeds, needed, step, limit)
+        for name, value in feeds.items():
+            if name.startswith("past_k_"):
+                value[:, :, have:] = np.nan
+            elif name.startswith("past_v_"):
+                value[..., have:] = np.nan
+
+    monkeypatch.setattr(inv, "grow_caches", grow_into_nan)
+    monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path))
+    engine = WhisperEngine(tiny_model_dir, compute_type="int8", threads=2, batch_decoder="invariant", selftest=False,
+                           encoder="ct2", decoder_threads=2)
+    result = engine.lm.selftest(use_cache=False)
+    swept = {k: v for k, v in result.max_abs_diff_by_rows.items() if k.startswith("caches grown")}
+    assert swept and any(not d == 0.0 for d in swept.values()), result.max_abs_diff_by_rows
+    assert result.row_floor == 1 and result.cache_step == 0 and "full-length caches" in result.contract
+    assert engine.lm.invariant_decoder().cache_step == 448
+
+
 def test_self_test_falls_back_to_the_rowwise_graph_where_pairs_are_not_invariant(tiny_model_dir, monkeypatch,
                                                                                   tmp_path):
     """The paired graph's rows are invariant only as row pairs (its kernels compute a lone last row
