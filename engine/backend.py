@@ -474,12 +474,13 @@ class LoadedModel:
 
     def _measure_invariant_costs(self, wide: bool, sizes: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 17)) -> dict[int, float]:
         """The invariant decoder's calls priced in the fork's 1-row steps (what single-row windows
-        cost), both timed in turn; its own 1-row step is entry 1 and may be above or below 1.0.
+        cost), both timed in turn (the fork's 1-row steps only: they are the unit); its own 1-row
+        step is entry 1 and may be above or below 1.0.
         ``wide``: timed on its wide session, where most of its calls run (windows that nothing
         else runs beside: single-window audio, timestamped long-form without a draft model)."""
         invariant = self.invariant_decoder()
         ct2, inv = _interleaved_call_seconds((self.decoder, invariant.widened() if wide else invariant), self,
-                                             sizes=sizes, rounds=3)
+                                             sizes=sizes, rounds=3, unit_only=(True, False))
         return _monotone_costs(inv, ct2[1])
 
     def _speech_window(self, encoder_frames: int):
@@ -661,7 +662,7 @@ def _call_seconds(model, lm: LoadedModel, sizes: tuple[int, ...], trials: int = 
     """
     encoder_output, prompt = lm._random_window(FULL_ENCODER_FRAMES)
     text = lm.tokenizer.encode(_SELFTEST_TEXT)
-    text = (text * (1 + (run_len + max(sizes)) // len(text)))[:run_len + max(sizes)]
+    text = (text * (1 + (run_len + max(sizes, default=1)) // len(text)))[:run_len + max(sizes, default=1)]
     state, _ = model.prefill(encoder_output, prompt)
     for token in text[:4]:  # warm up and move past the prompt
         model.forward_step_greedy(state, token, lm.suppress)
@@ -687,15 +688,17 @@ def _call_seconds(model, lm: LoadedModel, sizes: tuple[int, ...], trials: int = 
 
 
 def _interleaved_call_seconds(models: tuple, lm: LoadedModel, sizes: tuple[int, ...],
-                              rounds: int = 5) -> list[dict[int, float]]:
+                              rounds: int = 5, unit_only: tuple[bool, ...] = ()) -> list[dict[int, float]]:
     """``_call_seconds`` for several model instances, timed in turn over ``rounds`` rounds after a
-    warm-up, fastest per size: load from elsewhere and a cold start hit them alike."""
-    for model in models:
-        _call_seconds(model, lm, sizes, trials=1, run_len=4)
-    best = [dict.fromkeys((1, *sizes), float("inf")) for _ in models]
+    warm-up, fastest per size: load from elsewhere and a cold start hit them alike. A model whose
+    ``unit_only`` entry is true is timed in 1-row steps only (a unit the others are priced in)."""
+    own = [() if i < len(unit_only) and unit_only[i] else sizes for i in range(len(models))]
+    for model, s in zip(models, own):
+        _call_seconds(model, lm, s, trials=1, run_len=4)
+    best = [dict.fromkeys((1, *s), float("inf")) for s in own]
     for _ in range(rounds):
-        for model, b in zip(models, best):
-            for n, t in _call_seconds(model, lm, sizes, trials=1).items():
+        for model, s, b in zip(models, own, best):
+            for n, t in _call_seconds(model, lm, s, trials=1).items():
                 b[n] = min(b[n], t)
     return best
 
