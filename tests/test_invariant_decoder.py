@@ -56,6 +56,19 @@ def _logits_by_pattern(decoder, encoder_output, prompt, tokens, chunks):
     return np.concatenate(out)
 
 
+def _random_patterns(n: int, seed: int, count: int = 4) -> list[list[int]]:
+    """``count`` random ways to cut n tokens into calls of 1..17 rows."""
+    rng = np.random.default_rng(seed)
+    patterns = []
+    for _ in range(count):
+        chunks, left = [], n
+        while left:
+            chunks.append(min(left, int(rng.integers(1, 18))))
+            left -= chunks[-1]
+        patterns.append(chunks)
+    return patterns
+
+
 @pytest.mark.parametrize("precision,graph", [("int8", "paired"), ("int8", "rowwise"), ("float32", "paired")])
 def test_rows_are_bitwise_alike_in_any_call(precision, graph, base_model_dir, base_engine, shared_data):
     """A token's logits do not depend on the call it is in: 1-row steps vs random calls of 1..17 rows
@@ -73,12 +86,7 @@ def test_rows_are_bitwise_alike_in_any_call(precision, graph, base_model_dir, ba
         tokens.append(decoder.forward_step_greedy(state, tokens[-1]))
     assert "ask not what your country" in base_engine.tokenizer.decode(tokens[:-1])  # a working decoder
     reference = _logits_by_pattern(decoder, enc, prompt, tokens, [1] * len(tokens))
-    rng = np.random.default_rng(0)
-    for _ in range(4):
-        chunks, left = [], len(tokens)
-        while left:
-            chunks.append(min(left, int(rng.integers(1, 18))))
-            left -= chunks[-1]
+    for chunks in _random_patterns(len(tokens), seed=0):
         assert np.array_equal(_logits_by_pattern(decoder, enc, prompt, tokens, chunks), reference), chunks
 
 
@@ -106,12 +114,7 @@ def test_rows_do_not_depend_on_the_caches_length(base_engine, shared_data):
     decoder.cache_step = 448
     reference = _logits_by_pattern(decoder, enc, prompt, tokens, [1] * len(tokens))
     decoder.cache_step = CACHE_STEP
-    rng = np.random.default_rng(1)
-    for _ in range(4):
-        chunks, left = [], len(tokens)
-        while left:
-            chunks.append(min(left, int(rng.integers(1, 18))))
-            left -= chunks[-1]
+    for chunks in _random_patterns(len(tokens), seed=1):
         assert np.array_equal(_logits_by_pattern(decoder, enc, prompt, tokens, chunks), reference), chunks
 
 
