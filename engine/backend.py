@@ -68,6 +68,9 @@ PREFER_INVARIANT_BELOW = 0.92
 # (CTranslate2's own int8 decoder: 0.08-0.09, and 0.44 with AVX2 kernels, which saturate: it
 # cannot be the reference).
 MAX_INVARIANT_DRIFT = 0.3
+# The contract's clause for a machine where ``auto`` chose the invariant decoder for speed: why it
+# was chosen, not what makes a run exact (a run pinned to the same decoder has the same bits).
+PREFERRED_CLAUSE = "; every window, its 1-row step being faster than CTranslate2's here"
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ class SelfTestResult:
                     "(row-wise quantization; attention over "
                     + (f"caches grown by {self.cache_step} positions" if self.cache_step else "full-length caches")
                     + (f"; {self.graph} step graph)" if self.graph else ")")
-                    + ("; every window, its 1-row step being faster than CTranslate2's here" if self.preferred else "")
+                    + (PREFERRED_CLAUSE if self.preferred else "")
                     + ("; rows alike on its 1- and 2-thread sessions (a window alone on the CPU runs on 2)"
                        if self.wide else ""))
         return f"bitwise: CTranslate2 kernels, calls of {self.row_floor}..{self.row_ceiling} rows"
@@ -264,7 +267,7 @@ class LoadedModel:
                                                    or self._invariant_may_be_faster()):
             ct2 = result
             invariant = self._selftest_part("invariant", key, encoder_frames, use_cache,
-                                            lambda: self._run_invariant_selftest(key, encoder_frames))
+                                            lambda: self._run_invariant_selftest(key, encoder_frames, use_cache))
             if invariant.row_floor is not None and self.batch_decoder_choice == "auto":
                 faster = self._invariant_is_faster(invariant)
                 measured = faster is not None  # a machine too busy to price calls decides nothing for good
@@ -346,7 +349,7 @@ class LoadedModel:
                                                cross_threads=self.threads, graph=graph or "paired")
         return self._invariant
 
-    def _run_invariant_selftest(self, key: str, encoder_frames: int) -> SelfTestResult:
+    def _run_invariant_selftest(self, key: str, encoder_frames: int, use_cache: bool = True) -> SelfTestResult:
         """The invariant decoder's rows compared bitwise: 1-row steps against calls of 2..17 rows at
         several offsets, on random data and on speech. Unavailable (no onnxruntime or onnx, CUDA, a
         16-bit compute type) counts as failed."""
@@ -376,7 +379,7 @@ class LoadedModel:
             result = self._compare_invariant_rows(model, key, encoder_frames, t0, exact)
             if result.row_floor is None:
                 continue
-            swept = self._cache_length_sweep(model)
+            swept = self._cache_length_sweep(model, use_cache)
             if all(d == 0.0 for d in swept.values()):
                 return replace(result, cache_step=CACHE_STEP, max_abs_diff_by_rows={**result.max_abs_diff_by_rows, **swept},
                                seconds=time.perf_counter() - t0)
@@ -387,7 +390,7 @@ class LoadedModel:
                 break
         return result
 
-    def _cache_length_sweep(self, model) -> dict[str, float]:
+    def _cache_length_sweep(self, model, use_cache: bool = True) -> dict[str, float]:
         """The invariant decoder's rows on speech from the first position to the last with its
         caches grown by ``CACHE_STEP`` against full-length caches: the largest difference.
 
@@ -397,26 +400,25 @@ class LoadedModel:
         A prompt's prefill needs no check: the oracle and speculation prefill the same prompt in
         one call, so over the same length. Once per machine, graph and threads, at the full
         encoder length (the cross-attention's shapes do not change with the cache's length);
-        about 4 s on base. Leaves the model's caches growing."""
+        about 5 s on base. Leaves the model's caches growing."""
         from .invariant_decoder import CACHE_STEP
 
+        def measure() -> dict[str, float]:
+            run, n = self._selftest_runner(FULL_ENCODER_FRAMES, model, speech=True, full=True)
+            model.cache_step = MAX_POSITIONS
+            reference = run(_cycled(n, [17], 1))
+            model.cache_step = CACHE_STEP
+            diffs: dict[str, float] = {}
+            for label, sizes, wide in (("1- and 16-row calls", [1, 16], False),
+                                       ("16- and 1-row calls, wide", [16, 1], True)):
+                d = max_abs_diff(run(_cycled(n, sizes, 1), wide=wide), reference)
+                diffs[f"caches grown by {CACHE_STEP} to position {MAX_POSITIONS - 1}, {label}"] = d
+                if d != 0.0:
+                    break
+            return diffs
+
         key = f"length-sweep-v2|{self._selftest_key(kernels=False)}|{_ort_version()}|{model.graph}"
-        cached = self._swept.get(key) or cache_get(key)
-        if isinstance(cached, dict):
-            return cached
-        run, n = self._selftest_runner(FULL_ENCODER_FRAMES, model, speech=True, full=True)
-        model.cache_step = MAX_POSITIONS
-        reference = run(_cycled(n, [17], 1))
-        model.cache_step = CACHE_STEP
-        diffs: dict[str, float] = {}
-        for label, sizes, wide in (("1- and 16-row calls", [1, 16], False), ("16- and 1-row calls, wide", [16, 1], True)):
-            d = max_abs_diff(run(_cycled(n, sizes, 1), wide=wide), reference)
-            diffs[f"caches grown by {CACHE_STEP} to position {MAX_POSITIONS - 1}, {label}"] = d
-            if d != 0.0:
-                break
-        self._swept[key] = diffs
-        cache_put(key, diffs)
-        return diffs
+        return self._swept_once(key, use_cache, measure)
 
     def _compare_invariant_rows(self, model, key: str, encoder_frames: int, t0: float,
                                 exact: np.ndarray) -> SelfTestResult:
@@ -565,17 +567,25 @@ class LoadedModel:
         pay ~10 s on base): of a decoder layer's products only self-attention's shapes grow with the
         position, and they do not include the encoder length, while cross-attention's, which do,
         are the same at every position and are checked at each length on the first positions."""
-        key = f"sweep-v1|{self._selftest_key()}|{low}..{high}"
+        def measure() -> dict[str, float]:
+            diffs: dict[str, float] = {}
+            for lead in _SWEEP_LEADS:
+                run, n = self._selftest_runner(FULL_ENCODER_FRAMES, self.decoder, speech=True, full=True, lead=lead)
+                swept = _swept_rows(run, n, low, high, lead)
+                diffs.update(swept)
+                if any(d != 0.0 for d in swept.values()):
+                    break
+            return diffs
+
+        return self._swept_once(f"sweep-v1|{self._selftest_key()}|{low}..{high}", use_cache, measure)
+
+    def _swept_once(self, key: str, use_cache: bool, measure: Callable[[], dict[str, float]]) -> dict[str, float]:
+        """A sweep's differences, measured once per process and machine (kept in memory and in the
+        self-test cache); ``use_cache`` False measures again."""
         cached = (self._swept.get(key) or cache_get(key)) if use_cache else None
         if isinstance(cached, dict):
             return cached
-        diffs: dict[str, float] = {}
-        for lead in _SWEEP_LEADS:
-            run, n = self._selftest_runner(FULL_ENCODER_FRAMES, self.decoder, speech=True, full=True, lead=lead)
-            swept = _swept_rows(run, n, low, high, lead)
-            diffs.update(swept)
-            if any(d != 0.0 for d in swept.values()):
-                break
+        diffs = measure()
         self._swept[key] = diffs
         cache_put(key, diffs)
         return diffs

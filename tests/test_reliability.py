@@ -422,7 +422,9 @@ def _json_bytes(result, drop: tuple[str, ...] = ()) -> bytes:
 
 def _contract_terms(result) -> str:
     """The result's contract without the clause on why ``auto`` chose the invariant decoder."""
-    return result.contract.replace("; every window, its 1-row step being faster than CTranslate2's here", "")
+    from specwhisper.backend import PREFERRED_CLAUSE
+
+    return result.contract.replace(PREFERRED_CLAUSE, "")
 
 
 def _differs(a: bytes, b: bytes) -> list[str]:
