@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .backend import to_host
 from .errors import ModelError
 from .invariant_graph import DecoderShape, build_graphs
 from .ort_session import cpu_session_options
@@ -155,7 +156,7 @@ class InvariantDecoder:
 
     def cross(self, encoder_output) -> dict[str, np.ndarray]:
         """Every layer's cross-attention keys [H, T, dh] and transposed values [H, dh, T] of a window."""
-        enc = np.asarray(encoder_output, dtype=np.float32)
+        enc = to_host(encoder_output).astype(np.float32, copy=False)  # CUDA storage is copied first
         enc = np.ascontiguousarray(enc.reshape(-1, enc.shape[-1]))
         names = [o.name for o in self._cross.get_outputs()]
         return dict(zip(names, self._cross.run(names, {"encoder_output": enc})))

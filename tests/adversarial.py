@@ -82,5 +82,10 @@ def check_exact_under_adversaries(engine, encoder_output, seed: int, label: str,
         tokens, _ = decode(engine, encoder_output, "batch-invariant", drafter, k=k, filler=engine.guesser, **options)
         assert tokens == oracle, f"{label}: drafter {name} K={k} changed the output"
     tokens, stats = decode(engine, encoder_output, "batch-invariant", Oracle(oracle, eot), k=8, **options)
-    assert tokens == oracle and stats.verify_calls < len(oracle) / 2  # right drafts are accepted
+    assert tokens == oracle, f"{label}: the right drafts changed the output"
+    # Right drafts are accepted: a call confirms up to as many tokens as it has rows, so a short
+    # output under a low row ceiling (2..3 on an H200's int8_float16) needs more than half its length.
+    rows = min(engine.row_ceiling or 17, 9)
+    assert stats.verify_calls < len(oracle) / 2 or stats.verify_calls <= -(-len(oracle) // rows) + 1, \
+        f"{label}: {stats.verify_calls} calls for {len(oracle)} tokens drafted right"
     return oracle

@@ -74,6 +74,29 @@ def test_the_late_position_sweep_runs_once_at_the_full_length(tiny_engine, monke
     assert lm._sweeps(3, 8, use_cache=False) == first and len(frames) == 2 * measured  # measured again
 
 
+def test_a_sweep_that_parts_late_narrows_the_row_range(tiny_engine, monkeypatch):
+    """Where calls of floor..17 rows agree on the first positions but part late in the window (tiny.en
+    float16 on an H200's cuBLAS: 0.055 at ceiling 17), the self-test keeps the widest narrower range
+    whose sweep holds, and gives speculation up only where even floor..floor + 1 parts."""
+    lm, asked = tiny_engine.lm, []
+
+    def sweeps(low, high, use_cache, parts_above):
+        asked.append(high)
+        return {f"sweep {low}..{high}": 0.0547 if high > parts_above else 0.0}
+
+    diffs: dict = {}
+    monkeypatch.setattr(lm, "_sweeps", lambda low, high, use_cache: sweeps(low, high, use_cache, 8))
+    assert lm._swept_range(2, 17, diffs, use_cache=True) == (2, 8) and asked == [17, 12, 8]
+    assert diffs == {"sweep 2..17": 0.0547, "sweep 2..12": 0.0547, "sweep 2..8": 0.0}
+    asked.clear()
+    monkeypatch.setattr(lm, "_sweeps", lambda low, high, use_cache: sweeps(low, high, use_cache, 0))
+    assert lm._swept_range(2, 17, {}, use_cache=True) == (None, None) and asked == [17, 12, 8, 3]
+    asked.clear()
+    assert lm._swept_range(3, 12, {}, use_cache=True) == (None, None) and asked == [12, 8, 4]
+    asked.clear()  # where the invariant decoder would take over: the range as measured, or nothing
+    assert lm._swept_range(2, 17, {}, use_cache=True, narrow=False) == (None, None) and asked == [17]
+
+
 # Every other representative clip in the README's run (13 of 25: the seeds still run all 18
 # adversary/K pairs, each on two clips or more); all of them with -m full.
 @pytest.mark.parametrize("step", [2, pytest.param(1, marks=pytest.mark.full)])
