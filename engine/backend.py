@@ -310,14 +310,13 @@ class LoadedModel:
 
     def _invariant_may_be_faster(self) -> bool:
         """Whether the invariant decoder is worth trying beside passing fork kernels (``auto``, CPU)."""
-        return self.batch_decoder_choice == "auto" and self._invariant_takes_over()
+        return self.batch_decoder_choice == "auto" and self._invariant_builds()
 
-    def _invariant_takes_over(self) -> bool:
-        """Whether a failing self-test of the fork's kernels falls to the invariant decoder here
-        (``auto`` or ``invariant``, CPU, a compute type it builds)."""
+    def _invariant_builds(self) -> bool:
+        """Whether the invariant decoder exists for this device and compute type (CPU; int8 or float32)."""
         from .encoders import onnx_precision
 
-        return self.batch_decoder_choice != "ct2" and self.device == "cpu" and onnx_precision(self.compute_type) is not None
+        return self.device == "cpu" and onnx_precision(self.compute_type) is not None
 
     def _invariant_is_faster(self, invariant: SelfTestResult) -> bool | None:
         """The invariant decoder's 1-row step against the fork's, from its cost table (priced in the
@@ -627,9 +626,10 @@ class LoadedModel:
             diffs.update({f"speech {k}": v for k, v in s_diffs.items()})
             floor, ceiling = (floor, min(ceiling, s_ceiling)) if s_floor == floor else (None, None)
         if floor is not None:  # every position a window can reach, in calls of every size
-            # Where the invariant decoder takes a failing fork over, narrower ranges buy nothing (on
-            # the Xeon every range of the fork parts) and would cost up to three more sweeps.
-            floor, ceiling = self._swept_range(floor, ceiling, diffs, use_cache, narrow=not self._invariant_takes_over())
+            # Where the invariant decoder can decode instead (CPU, int8 or float32), narrower ranges
+            # buy nothing (on the Xeon every range of the fork parts) and would cost up to three
+            # more sweeps, also under ``--batch-decoder ct2`` (the fresh-clone tests pin it).
+            floor, ceiling = self._swept_range(floor, ceiling, diffs, use_cache, narrow=not self._invariant_builds())
         reference = run(_even(len(seq), floor or 3))
         single = run([1] * 4 + _even(len(seq) - 4, floor or 3))
         diffs["1-row"] = max_abs_diff(single[:4], reference[:4])
