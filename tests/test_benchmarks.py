@@ -33,6 +33,14 @@ def test_edit_distance_counts_substitutions_insertions_deletions():
     assert metrics.edit_distance(["a"], []) == 1
 
 
+def test_digit_runs_are_scored_digit_by_digit():
+    """Spoken digits joined into one number by the normaliser and the same digits written apart
+    score alike; a wrong digit is one error, not the whole run."""
+    assert metrics.clip_errors("237- 7- 3, 9.", ["two three seven seven three nine"]) == (0, 6)
+    assert metrics.clip_errors("2, 3, 8", ["two three seven"]) == (1, 3)
+    assert metrics.clip_errors("set it to 21 degrees", ["Set it to twenty one degrees."]) == (0, 6)
+
+
 def test_clip_errors_uses_the_closest_reference_and_corpus_wer_pools():
     errors, n = metrics.clip_errors("7", ["seven", "7"])
     assert errors == 0 and n == 1
