@@ -358,7 +358,7 @@ class LoadedModel:
         several offsets, on random data and on speech. Unavailable (no onnxruntime or onnx, CUDA, a
         16-bit compute type) counts as failed."""
         t0 = time.perf_counter()
-        if self.device != "cpu" or not (self.compute_type.startswith("int8") or self.compute_type == "float32"):
+        if not self._invariant_builds():
             return SelfTestResult(None, None, False, {"invariant": f"not for {self.device} {self.compute_type}"},
                                   time.perf_counter() - t0, key, decoder="invariant")
         from .invariant_decoder import CACHE_STEP
