@@ -119,34 +119,37 @@ def test_cli_refuses_bad_options_before_loading_a_model(tmp_path, capsys):
 # ---- runs on real audio ----------------------------------------------------------------------
 
 def test_process_pool_equals_sequential_resumes_and_redoes_what_changed(tmp_path, shared_data, tiny_model_dir):
-    folder = _clips(shared_data, tmp_path, 8)
+    folder = _clips(shared_data, tmp_path, 4)  # two in a subfolder
     options = _options(tiny_model_dir)
     seq = transcribe_batch([str(folder)], str(tmp_path / "seq"), formats=("json", "srt"), **options)
     pool = transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json", "srt"), workers=2, **options)
-    assert seq.ok and pool.ok and len(seq.outcomes) == 8
-    assert len({o.worker for o in pool.outcomes}) == 2  # both processes worked
+    assert seq.ok and pool.ok and len(seq.outcomes) == 4
+    # every input decoded in a pool process, never the driver's; which process takes which input is
+    # the scheduler's: one that loads late can find every input taken (CI saw one process do all of 8)
+    workers = {o.worker for o in pool.outcomes}
+    assert 1 <= len(workers) <= 2 and all(int(w.rsplit(":", 1)[1]) != os.getpid() for w in workers)
     reference = _tokens(tmp_path / "seq")
-    assert len(reference) == 8 and any(reference.values())
+    assert len(reference) == 4 and any(reference.values())
     assert _tokens(tmp_path / "pool") == reference
     srt = sorted(str(p.relative_to(tmp_path / "pool")) for p in (tmp_path / "pool").rglob("*.srt"))
     assert srt == sorted(name.replace(".json", ".srt") for name in reference)
 
     again = transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json", "srt"), workers=2, **options)
-    assert [o.status for o in again.outcomes] == ["skipped"] * 8
+    assert [o.status for o in again.outcomes] == ["skipped"] * 4
     assert all(o.worker == "driver" for o in again.outcomes)  # verified without loading a model
 
     victim = next((tmp_path / "pool").rglob("*.srt"))
     victim.write_text(victim.read_text()[:-5])  # an output cut short is not whole: done again
     third = transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json", "srt"), **options)
-    assert sorted(o.status for o in third.outcomes) == ["done"] + ["skipped"] * 7
+    assert sorted(o.status for o in third.outcomes) == ["done"] + ["skipped"] * 3
     assert _tokens(tmp_path / "pool") == reference
     changed = transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json", "srt"),
                                **(options | {"timestamps": "on"}))  # an option that changes the text
-    assert [o.status for o in changed.outcomes] == ["done"] * 8
+    assert [o.status for o in changed.outcomes] == ["done"] * 4
 
 
 def test_a_killed_pool_process_is_replaced_and_the_job_completes(tmp_path, shared_data, tiny_model_dir):
-    folder = _clips(shared_data, tmp_path, 8)
+    folder = _clips(shared_data, tmp_path, 4)
     options = _options(tiny_model_dir)
     transcribe_batch([str(folder)], str(tmp_path / "seq"), formats=("json",), **options)
     killed: list[int] = []

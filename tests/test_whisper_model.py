@@ -119,7 +119,7 @@ def test_batched_pipeline_tokens_do_not_depend_on_batch_size(model, shared_data)
     clip = next(c for c in load_manifest(shared_data / "longform" / "manifest.jsonl") if c["audio"] == "longform.flac")
     pipeline = BatchedInferencePipeline(model=model)
     runs = {}
-    for batch_size in (1, 4, 8, 16):
+    for batch_size in (1, 16):  # one chunk a call, every chunk in one call
         segments, info = pipeline.transcribe(clip["path"], batch_size=batch_size, beam_size=1)
         runs[batch_size] = [s.tokens for s in segments]
     assert info.language == "en" and info.duration_after_vad <= info.duration
