@@ -51,6 +51,8 @@ def test_interrupted_batch_keeps_whole_files_and_resumes(tiny_model_dir, shared_
     for name in written:
         assert json.loads((out / name).read_text())["text"].strip()  # whole files only
 
+    if sig == signal.SIGINT:
+        return  # resuming does not depend on how the run ended: once, after SIGTERM
     done = {name: os.stat(out / name).st_mtime_ns for name in written}
     resumed = subprocess.run(_cli(*args, "--skip-existing"), capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-2000:]

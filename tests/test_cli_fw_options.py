@@ -7,7 +7,6 @@ Real model (tiny.en, int8) and real audio (jfk, 11 s); each run loads the model,
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -24,13 +23,10 @@ ALLOWED_NUMERICS = {"single-row", "batch-invariant", "mixed", "native"}
 
 
 @pytest.fixture(scope="module")
-def tiny_int8(tiny_model_dir) -> str:
-    """tiny.en's int8 copy (a third of the float model's load time); a local override as it is."""
-    if os.environ.get("SPECWHISPER_TEST_TINY"):
-        return str(tiny_model_dir)
-    from specwhisper.model_store import resolve_model
-
-    return str(resolve_model("tiny.en", prefer_int8=True))
+def tiny(tiny_model_dir) -> str:
+    """tiny.en as the suite keeps it (an int8 copy loads faster per run, but in a fresh cache it is
+    made and self-tested first: about 15 s of CI, more than its five runs save)."""
+    return str(tiny_model_dir)
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +45,8 @@ def _json_run(model: str, audio, out_dir, *flags: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def words_json(tiny_int8, jfk, tmp_path_factory) -> dict:
-    return _json_run(tiny_int8, jfk, tmp_path_factory.mktemp("words"), "--word-timestamps")
+def words_json(tiny, jfk, tmp_path_factory) -> dict:
+    return _json_run(tiny, jfk, tmp_path_factory.mktemp("words"), "--word-timestamps")
 
 
 def _words(data: dict) -> list[dict]:
@@ -80,8 +76,8 @@ def test_word_timestamps_in_json_are_monotonic_within_segments(words_json):
         assert all(a["end"] <= b["start"] for a, b in zip(words, words[1:]))
 
 
-def test_srt_cues_cut_by_max_words_per_line(tiny_int8, jfk, tmp_path, words_json):
-    assert _transcribe(tiny_int8, jfk, tmp_path, "--word-timestamps", "--output-format", "srt",
+def test_srt_cues_cut_by_max_words_per_line(tiny, jfk, tmp_path, words_json):
+    assert _transcribe(tiny, jfk, tmp_path, "--word-timestamps", "--output-format", "srt",
                        "--max-words-per-line", "3") == 0
     cues = _srt_cues((tmp_path / "jfk.srt").read_text(encoding="utf-8"))
     assert all(len(text.split()) <= 3 for _, _, text in cues)
@@ -97,15 +93,15 @@ def test_srt_cues_cut_by_max_words_per_line(tiny_int8, jfk, tmp_path, words_json
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # atomic: no temp file left
 
 
-def test_beam_size_2_runs_beam_search(tiny_int8, jfk, tmp_path):
-    data = _json_run(tiny_int8, jfk, tmp_path, "--beam-size", "2")
+def test_beam_size_2_runs_beam_search(tiny, jfk, tmp_path):
+    data = _json_run(tiny, jfk, tmp_path, "--beam-size", "2")
     assert data["numerics"] == "beam-search" and data["beam_size"] == 2
     assert {w["numerics"] for w in data["windows"]} == {"beam-search"}
     assert PHRASE in data["text"].lower().replace(",", "").replace(".", "")
 
 
-def test_batch_size_does_not_change_tokens(tiny_int8, jfk, tmp_path, capsys):
-    runs = {n: _json_run(tiny_int8, jfk, tmp_path / f"b{n}", "--batch-size", str(n), "--stats") for n in (1, 4)}
+def test_batch_size_does_not_change_tokens(tiny, jfk, tmp_path, capsys):
+    runs = {n: _json_run(tiny, jfk, tmp_path / f"b{n}", "--batch-size", str(n), "--stats") for n in (1, 4)}
     err = capsys.readouterr().err
     assert runs[1]["tokens"] and runs[1]["tokens"] == runs[4]["tokens"]
     assert [runs[n]["batch_size"] for n in (1, 4)] == [1, 4]
@@ -118,8 +114,8 @@ def test_batch_size_does_not_change_tokens(tiny_int8, jfk, tmp_path, capsys):
     assert "numerics=" in err and "Ar=" in err
 
 
-def test_vad_on_jfk(tiny_int8, jfk, tmp_path, words_json):
-    data = _json_run(tiny_int8, jfk, tmp_path, "--vad", "--word-timestamps")
+def test_vad_on_jfk(tiny, jfk, tmp_path, words_json):
+    data = _json_run(tiny, jfk, tmp_path, "--vad", "--word-timestamps")
     assert PHRASE in data["text"].lower().replace(",", "").replace(".", "")
     assert data["vad"]["min_silence_duration_ms"] == 2000 and data["vad"]["max_speech_duration_s"] is None
     assert data["numerics"] in ALLOWED_NUMERICS and data["batch_size"] is None

@@ -29,7 +29,7 @@ def test_token_map_is_exact_and_drafts_on_held_out_commands(car_engine, base_eng
     tokens = calls = oracle_calls = 0
     price = car_engine.verify_cost  # the engine's own measured call prices, by rows
     cost = oracle_cost = 0.0
-    for clip in clips(shared_data, "car")[:8]:
+    for clip in clips(shared_data, "car")[:6]:
         oracle = base_engine.transcribe(clip["path"], language="en", numerics="batch-invariant", speculation=False)
         spec = car_engine.transcribe(clip["path"], language="en", numerics="batch-invariant")
         assert spec.tokens == oracle.tokens, clip["audio"]
