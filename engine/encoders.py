@@ -15,7 +15,6 @@ int8 or bfloat16 the gain may vanish.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 import warnings
@@ -126,18 +125,11 @@ class OpenVinoEncoder:
 
 
 def graph_path(model_dir: Path, precision: str) -> Path:
-    """Where the generated graph is kept: beside a model of the store, else in the cache (a user's
-    own model directory is not written to), named after the model file it was built from."""
+    """Where the generated encoder graph is kept (``model_store.generated_file``)."""
     from .encoder_graph import ENCODER_GRAPH_VERSION
-    from .model_store import cache_dir, models_dir
+    from .model_store import generated_file
 
-    name = f"encoder-{precision}-g{ENCODER_GRAPH_VERSION}.onnx"
-    model_dir = model_dir.resolve()
-    if models_dir().resolve() in model_dir.parents:
-        return model_dir / name
-    stat = (model_dir / "model.bin").stat()
-    tag = hashlib.sha256(f"{model_dir}|{stat.st_size}|{int(stat.st_mtime)}".encode()).hexdigest()[:16]
-    return cache_dir() / "encoders" / tag / name
+    return generated_file(model_dir, f"encoder-{precision}-g{ENCODER_GRAPH_VERSION}.onnx")
 
 
 def built_graph(model_dir: Path, precision: str) -> Path:

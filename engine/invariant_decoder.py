@@ -15,7 +15,7 @@ import numpy as np
 
 from .backend import to_host
 from .errors import ModelError
-from .invariant_graph import DecoderShape, build_graphs
+from .invariant_graph import DecoderShape, built_graphs
 from .ort_session import cpu_session_options
 
 
@@ -117,20 +117,24 @@ class InvariantDecoder:
         same bits on either thread count is the self-test's to check (``backend``). ``graph``: see
         ``invariant_graph.build_graphs``."""
         ort = _ort()
-        cross, step, self.shape = build_graphs(model_dir, precision, graph)
         self.graph = graph
 
-        def session(graph: bytes, n_threads: int):
-            return ort.InferenceSession(graph, cpu_session_options(ort, n_threads, sequential=True),
+        def session(graph: Path | bytes, n_threads: int):
+            source = str(graph) if isinstance(graph, Path) else graph
+            return ort.InferenceSession(source, cpu_session_options(ort, n_threads, sequential=True),
                                         providers=["CPUExecutionProvider"])
 
-        try:
-            self._cross = session(cross, cross_threads or threads)
-            self._step = session(step, threads)
-            self._wide = self._step if (cross_threads or threads) == threads else session(step, cross_threads)
-        except Exception as exc:  # onnxruntime raises its own exception types
-            raise ModelError(f"ONNX Runtime cannot load the decoder graphs: {exc}", where=str(model_dir),
-                             hint="check the onnxruntime installation") from None
+        for rebuild in (False, True):  # kept files that do not load (damaged) are generated again
+            cross, step, self.shape = built_graphs(model_dir, precision, graph, rebuild=rebuild)
+            try:
+                self._cross = session(cross, cross_threads or threads)
+                self._step = session(step, threads)
+                self._wide = self._step if (cross_threads or threads) == threads else session(step, cross_threads)
+                break
+            except Exception as exc:  # onnxruntime raises its own exception types
+                if rebuild:
+                    raise ModelError(f"ONNX Runtime cannot load the decoder graphs: {exc}", where=str(model_dir),
+                                     hint="check the onnxruntime installation") from None
         self._outputs = [o.name for o in self._step.get_outputs()]
         self.compute_type = precision
         # Positions the caches grow by (``CACHE_STEP``); the model's maximum keeps them full-length

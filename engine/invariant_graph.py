@@ -23,8 +23,9 @@ window) and ``step`` (tokens at positions -> logits, plus the new rows' keys and
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +74,42 @@ def build_graphs(model_dir: Path, precision: str = "int8", graph: str = "paired"
     shape = _shape(w)
     dh = shape.d_model // shape.heads
     return _cross_graph(w, shape, dh, precision), _step_graph(w, shape, dh, precision, graph == "paired"), shape
+
+
+def graph_files(model_dir: Path, precision: str = "int8", graph: str = "paired") -> tuple[Path, Path, Path]:
+    """Where ``built_graphs`` keeps the cross graph, the step graph and the decoder's shape."""
+    from .model_store import generated_file
+
+    stem = f"decoder-{precision}-{graph}-g{GRAPH_VERSION}"
+    return tuple(generated_file(model_dir, f"{stem}-{part}") for part in ("cross.onnx", "step.onnx", "shape.json"))
+
+
+def built_graphs(model_dir: Path, precision: str = "int8", graph: str = "paired",
+                 rebuild: bool = False) -> tuple[Path | bytes, Path | bytes, DecoderShape]:
+    """``build_graphs``, kept on disk beside the encoder's graphs: every engine load after the first
+    reads two files instead of generating the graphs again (0.4 s for base). The shape file is
+    written last, so its presence says both graphs are whole (each file is written atomically).
+    ``rebuild``: ignore what is kept (a file ONNX Runtime could not load). Where the files cannot
+    be written (a read-only store, a full disk), the graphs are returned as bytes."""
+    from .io_utils import atomic_write_bytes, atomic_write_text
+
+    cross_path, step_path, shape_path = graph_files(model_dir, precision, graph)
+    if not rebuild:
+        try:
+            shape = DecoderShape(**json.loads(shape_path.read_text(encoding="utf-8")))
+            if cross_path.is_file() and step_path.is_file():
+                return cross_path, step_path, shape
+        except (OSError, ValueError, TypeError):  # absent, or written by another version
+            pass
+    cross, step, shape = build_graphs(model_dir, precision, graph)
+    try:
+        shape_path.unlink(missing_ok=True)
+        atomic_write_bytes(cross_path, cross)
+        atomic_write_bytes(step_path, step)
+        atomic_write_text(shape_path, json.dumps(asdict(shape)))
+    except OSError:
+        return cross, step, shape
+    return cross_path, step_path, shape
 
 
 def _cross_graph(w: dict, s: DecoderShape, dh: int, precision: str) -> bytes:

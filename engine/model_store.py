@@ -105,6 +105,20 @@ def model_path(name: str) -> Path:
     return models_dir() / name
 
 
+def generated_file(model_dir: Path, name: str) -> Path:
+    """Where a file generated from a model's weights (an ONNX graph of its encoder or decoder) is
+    kept: beside a model of the store, else in the cache (a user's own model directory is not
+    written to), under a tag of the model file it was built from."""
+    import hashlib
+
+    model_dir = model_dir.resolve()
+    if models_dir().resolve() in model_dir.parents:
+        return model_dir / name
+    stat = (model_dir / "model.bin").stat()
+    tag = hashlib.sha256(f"{model_dir}|{stat.st_size}|{int(stat.st_mtime)}".encode()).hexdigest()[:16]
+    return cache_dir() / "encoders" / tag / name  # (the folder's name predates the decoder's graphs)
+
+
 def is_pulled(name: str) -> bool:
     path = model_path(name)
     return all((path / f).is_file() for f in REQUIRED_FILES)

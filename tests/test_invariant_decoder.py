@@ -216,6 +216,42 @@ def test_engine_on_the_invariant_decoder_is_exact_with_adversarial_drafters(inva
         assert stats.verify_calls <= len(oracle) // 4 + 2  # the perfect drafter confirmed 8 a call
 
 
+def test_decoder_graphs_are_kept_and_a_damaged_file_is_generated_again(tiny_model_dir, tmp_path, monkeypatch):
+    """The decoder's graphs are generated once per model and kept: the next load reads them
+    (nothing generated) and decodes the same bits; a damaged kept file is generated again."""
+    import shutil
+
+    from specwhisper import invariant_graph
+    from specwhisper.invariant_decoder import InvariantDecoder
+    from specwhisper.tokenizer import WhisperTokenizer
+
+    monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path / "cache"))  # a user's model: kept in the cache
+    model = tmp_path / "tiny"
+    shutil.copytree(tiny_model_dir, model)
+    prompt = WhisperTokenizer.from_model_dir(model).sot_sequence("en")
+
+    def logits(decoder: InvariantDecoder) -> np.ndarray:
+        encoder_output = np.random.default_rng(0).standard_normal((1, 1500, decoder.shape.d_model), np.float32)
+        state, first = decoder.prefill(encoder_output, prompt)
+        return np.concatenate([first.reshape(1, -1), decoder.forward_batch(state, [262, 290, 11])[0]])
+
+    expected = logits(InvariantDecoder(model, threads=1))
+    files = invariant_graph.graph_files(model)
+    assert all(f.is_file() and tmp_path / "cache" in f.parents for f in files)
+    generate = invariant_graph.build_graphs
+
+    def generated_again(*args, **kwargs):
+        raise AssertionError("the kept graphs were generated again")
+
+    monkeypatch.setattr(invariant_graph, "build_graphs", generated_again)
+    assert np.array_equal(logits(InvariantDecoder(model, threads=1)), expected)
+    monkeypatch.setattr(invariant_graph, "build_graphs", generate)
+    step = files[1]
+    step.write_bytes(step.read_bytes()[:4096])  # cut short
+    assert np.array_equal(logits(InvariantDecoder(model, threads=1)), expected)
+    assert step.stat().st_size > 1_000_000
+
+
 def test_engine_results_name_the_contract(invariant_engine, shared_data):
     path = shared_data / "real/audio/jfk.flac"
     spec = invariant_engine.transcribe(path, language="en", numerics="batch-invariant")
