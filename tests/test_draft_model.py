@@ -433,7 +433,10 @@ def test_policy_prices_tiny_en_for_base_with_measured_costs(base_engine, drafter
     main_ms = decoder_step_ms(base_engine.lm, 6)
     ok, k, why = drafter.worth_running(main_ms, cost, row_floor=3, tokens_per_window=40)
     speedup = float(re.search(r"expected speedup ([0-9.]+)x", why).group(1))
-    assert 1 <= k <= 8 and (ok == (speedup >= SPECULATE_MARGIN) or "re-measure" in why)
+    assert 1 <= k <= 8
+    # the reason gives two decimals: at the margin itself (CI: "1.10x", refused) either verdict is right
+    if "re-measure" not in why and abs(speedup - SPECULATE_MARGIN) > 0.005:
+        assert ok == (speedup >= SPECULATE_MARGIN), why
 
 
 def test_broken_stored_map_is_rebuilt_with_a_warning(base_model_dir, tiny_model_dir, tokenizers, tmp_path):
