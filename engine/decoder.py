@@ -59,7 +59,7 @@ def decode_with_drafters(session: DecoderSession, chain: DrafterChain, policy: D
     drafter exists (``filler`` guesses in spare rows; ``gated``: the policy chose the numerics, so
     the first-token gate may still turn the window single-row), else plain greedy (the
     no-speculation oracle among them) with a constant filler. ``session.numerics`` then says which."""
-    speculating = session.numerics == "batch-invariant" and bool(chain)
+    speculating = session.numerics == "batch-invariant" and bool(chain) and policy.draft_len() > 0
     gate = first_token_gate(chain, policy) if speculating and gated else None
     return decode_window(session, chain if speculating else NullDrafter(), policy, max_new_tokens, eot, stats,
                          filler if speculating else (lambda _tokens: eot), gate)
@@ -67,13 +67,15 @@ def decode_with_drafters(session: DecoderSession, chain: DrafterChain, policy: D
 
 def learn_from_window(chain: DrafterChain, tokens: Sequence[int], numerics: str, policy: DraftLengthPolicy,
                       stats: DecodeStats, guesser, eot: int) -> None:
-    """After a window: where it was not speculated, its drafters (draft models excepted: they cost
-    a decoder each) replay it in the shadow so the policy learns what speculation would have
-    given; then drafters and the filler's bigrams learn its tokens."""
-    if chain and numerics != "batch-invariant":
+    """After a window: where it was not speculated (single-row, or batch-invariant with
+    ``NoDrafts``), its drafters (draft models excepted: they cost a decoder each) replay it in the
+    shadow so the policy (a ``NoDrafts``' learner) learns what speculation would have given; then
+    drafters and the filler's bigrams learn its tokens."""
+    learner = getattr(policy, "learner", policy)
+    if chain and (numerics != "batch-invariant" or policy.draft_len() == 0):
         shadow = DrafterChain([d for d in chain.drafters if not getattr(d, "costly", False)])
         if shadow:
-            shadow_replay(shadow, tokens, policy.draft_len(), stats, policy)
+            shadow_replay(shadow, tokens, learner.draft_len(), stats, learner)
     text_tokens = [t for t in tokens if t != eot]
     chain.end(text_tokens)
     guesser.learn(text_tokens)

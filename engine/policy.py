@@ -199,6 +199,39 @@ class AdaptiveDraftLength:
         return self._delivered_tokens / self._delivered_cost
 
 
+@dataclass
+class NoDrafts:
+    """A batch-invariant window that drafts nothing: plain 1-row calls on a decoder whose 1-row
+    step is the fastest greedy there is (the invariant decoder where ``preferred``), chosen when
+    ``learner`` does not expect drafts to beat those steps. With a row floor of 1 a draft is not
+    free: a 2-row call costs 1.14-1.33 of a 1-row step on the Xeon, and prompt lookup's drafts,
+    accepted 11-35 % of the time on read speech, made such windows 2-11 % slower than plain steps.
+    The window's rounds teach nothing; its tokens are replayed in the shadow into ``learner``
+    afterwards (``decoder.learn_from_window``), so a later window drafts again where it would pay."""
+
+    learner: AdaptiveDraftLength
+
+    def draft_len(self) -> int:
+        return 0
+
+    def record(self, n_proposed: int, n_accepted: int, filler_accepted: int = 0) -> None:
+        pass
+
+    @property
+    def cost(self) -> VerifyCost:
+        return self.learner.cost
+
+    def expected_speedup(self) -> float:
+        """What plain 1-row calls give, in the learner's units (single-row greedy = 1.0)."""
+        return 1.0 / self.learner.cost(1)
+
+
+def drafts_pay_on_plain_steps(policy: AdaptiveDraftLength, margin: float) -> bool:
+    """Whether ``policy`` expects drafting to beat plain 1-row calls of its own price curve by
+    ``margin``: the test for a window that is batch-invariant anyway (see ``NoDrafts``)."""
+    return policy.expected_speedup() * policy.cost(1) >= margin
+
+
 def default_policy(cost: VerifyCost, row_floor: int, row_ceiling: int, strong: bool) -> AdaptiveDraftLength:
     """The engine's draft-length policy before any evidence: a domain token map (``strong``) is
     expected to pay, prompt lookup alone is not."""

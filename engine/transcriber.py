@@ -46,9 +46,11 @@ from .policy import (
     SPECULATE_MARGIN,
     AdaptiveDraftLength,
     FixedDraftLength,
+    NoDrafts,
     VerifyCost,
     choose_numerics,
     default_policy,
+    drafts_pay_on_plain_steps,
     realised_speedup,
 )
 from .results import Result, Segment, WindowResult
@@ -800,6 +802,11 @@ class WhisperEngine:
                     draft.enabled = True
         if check is not None and check.preferred and check.row_floor is not None and opts.numerics == "auto":
             numerics, reason = "batch-invariant", "the invariant decoder is faster than single-row here"
+            if chain and window_policy is policy and isinstance(policy, AdaptiveDraftLength) \
+                    and not drafts_pay_on_plain_steps(policy, SPECULATE_MARGIN):
+                window_policy = NoDrafts(policy)
+                reason += (f"; drafts expected {policy.expected_speedup() * policy.cost(1):.2f}x its plain steps "
+                           f"< {SPECULATE_MARGIN:.2f}x: none drafted")
         else:
             numerics, reason = choose_numerics(opts.numerics, opts.speculation, self.row_floor, bool(chain), expected)
         if draft is not None and numerics != "batch-invariant":

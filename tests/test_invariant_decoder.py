@@ -339,6 +339,41 @@ def test_auto_prefers_the_invariant_decoder_only_where_it_is_faster(base_engine,
     assert off.tokens == auto.tokens and off.numerics == "batch-invariant"
 
 
+def test_auto_drafts_on_the_preferred_invariant_decoder_only_where_drafts_beat_its_steps(invariant_engine,
+                                                                                         shared_data, monkeypatch):
+    """Where the invariant decoder's 1-row step is the fastest greedy (``preferred``), a draft is not
+    free (row floor 1: a 2-row call costs more than a step), so an ``auto`` window drafts only where
+    the policy expects drafting to beat plain steps by the margin. Otherwise it decodes 1-row calls
+    and its drafters replay it in the shadow, so acceptance keeps being learned and a later window
+    drafts again. Tokens equal speculation off in both cases."""
+    from dataclasses import replace
+
+    from specwhisper.drafters.prompt_lookup import PromptLookupDrafter
+    from specwhisper.policy import default_policy
+
+    engine = invariant_engine
+    if engine.row_floor != 1:
+        pytest.skip(f"the invariant decoder's row floor is {engine.row_floor} here: drafts up to it are free")
+    monkeypatch.setattr(engine, "selftest_result", replace(engine.selftest_result, preferred=True))
+    monkeypatch.setattr(engine, "drafters", [PromptLookupDrafter()])
+    policy = default_policy(engine.verify_cost, 1, engine.row_ceiling, strong=False)
+    monkeypatch.setattr(engine, "policy", policy)
+    path = shared_data / "real/audio/jfk.flac"  # "ask not what your country ... ask what you": lookups
+    off = engine.transcribe(path, language="en", speculation=False)
+    for _ in range(60):  # drafts that were never right
+        policy.record(1, 0)
+    plain = engine.transcribe(path, language="en")
+    assert plain.tokens == off.tokens and plain.numerics == "batch-invariant"
+    assert "none drafted" in plain.windows[0].numerics_reason
+    assert plain.stats["drafted"] == 0 and {int(rows) for rows in plain.stats["calls_by_rows"]} == {1}
+    assert plain.stats["shadow_rounds"] > 0 and plain.stats["shadow_drafted"] > 0  # still learning
+    for _ in range(60):  # drafts that were always right
+        policy.record(4, 4)
+    drafted = engine.transcribe(path, language="en")
+    assert drafted.tokens == off.tokens and "none drafted" not in drafted.windows[0].numerics_reason
+    assert drafted.stats["drafted"] > 0 and drafted.stats["accepted"] > 0
+
+
 def test_fork_kernels_pinned_stay_exact(base_model_dir, base_engine, shared_data):
     """``--batch-decoder ct2`` keeps the fork's own kernels (where their self-test passes): the path
     machines whose invariant decoder is slower take under ``auto``."""
