@@ -439,6 +439,31 @@ def test_policy_prices_tiny_en_for_base_with_measured_costs(base_engine, drafter
         assert ok == (speedup >= SPECULATE_MARGIN), why
 
 
+def test_a_refused_draft_model_is_measured_again_less_and_less_often(base_engine, drafter, monkeypatch):
+    """A refused draft model runs once more after ``REPROBE_EVERY`` refusals, then after twice as
+    many each time it is refused again (its re-measuring windows cost the main decoder), and back
+    to ``REPROBE_EVERY`` once it is accepted."""
+    from specwhisper.drafters.draft_cost import decoder_step_ms
+    from specwhisper.drafters.draft_model import REPROBE_EVERY
+    from specwhisper.policy import VerifyCost
+
+    monkeypatch.setattr(drafter, "_refused", 0)
+    monkeypatch.setattr(drafter, "_reprobe_after", REPROBE_EVERY)
+    main_ms, cost = decoder_step_ms(base_engine.lm, 4), VerifyCost.default("cpu")
+
+    def windows_until_a_run(margin: float) -> int:
+        for n in range(1, 8 * REPROBE_EVERY):
+            ok, _, why = drafter.worth_running(main_ms, cost, row_floor=3, margin=margin)
+            if ok:
+                return n
+        raise AssertionError("never measured again")
+
+    never = 1e9  # no speedup reaches this margin
+    assert [windows_until_a_run(never) for _ in range(3)] == [REPROBE_EVERY, 2 * REPROBE_EVERY, 4 * REPROBE_EVERY]
+    assert windows_until_a_run(0.0) == 1  # accepted: the interval starts again
+    assert windows_until_a_run(never) == REPROBE_EVERY
+
+
 def test_broken_stored_map_is_rebuilt_with_a_warning(base_model_dir, tiny_model_dir, tokenizers, tmp_path):
     from specwhisper.converters.vocab_map import vocab_map_path
 
