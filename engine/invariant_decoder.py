@@ -15,7 +15,7 @@ import numpy as np
 
 from .backend import to_host
 from .errors import ModelError
-from .invariant_graph import DecoderShape, built_graphs
+from .invariant_graph import DecoderShape, built_graphs, graph_files
 from .ort_session import cpu_session_options
 
 
@@ -124,7 +124,9 @@ class InvariantDecoder:
             return ort.InferenceSession(source, cpu_session_options(ort, n_threads, sequential=True),
                                         providers=["CPUExecutionProvider"])
 
-        for rebuild in (False, True):  # kept files that do not load (damaged) are generated again
+        # Kept files that do not load (damaged) are generated again; freshly generated ones once only.
+        attempts = (False, True) if graph_files(model_dir, precision, graph)[2].is_file() else (True,)
+        for rebuild in attempts:
             cross, step, self.shape = built_graphs(model_dir, precision, graph, rebuild=rebuild)
             try:
                 self._cross = session(cross, cross_threads or threads)

@@ -250,6 +250,18 @@ def test_decoder_graphs_are_kept_and_a_damaged_file_is_generated_again(tiny_mode
     step.write_bytes(step.read_bytes()[:4096])  # cut short
     assert np.array_equal(logits(InvariantDecoder(model, threads=1)), expected)
     assert step.stat().st_size > 1_000_000
+    # graphs generated just now that ONNX Runtime refuses: a clear error after one generation, not two
+    from specwhisper.errors import ModelError
+
+    for f in files:
+        f.unlink()
+    builds = []
+    monkeypatch.setattr(invariant_graph, "build_graphs", lambda *a, **k: builds.append(1) or generate(*a, **k))
+    monkeypatch.setattr("specwhisper.invariant_decoder.cpu_session_options",
+                        lambda *a, **k: (_ for _ in ()).throw(RuntimeError("refused (test)")))
+    with pytest.raises(ModelError, match="cannot load the decoder graphs"):
+        InvariantDecoder(model, threads=1)
+    assert len(builds) == 1
 
 
 def test_engine_results_name_the_contract(invariant_engine, shared_data):
