@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import os
 import platform
 import threading
@@ -832,10 +833,22 @@ def _selftest_cache_path() -> Path | None:
     return cache_dir() / "selftest.json"
 
 
+MEASURING_NOTE = ("measuring this machine for this model and its settings (self-test, call costs, encoder and "
+                  "thread choice): once, about 20-40 s; later runs read the results")
+_measuring_said = threading.Event()
+
+
 def cache_get(key: str):
-    """A value of the self-test cache (None when absent or the cache is off)."""
+    """A value of the self-test cache (None when absent or the cache is off).
+
+    A miss means a measurement follows: the first of a process is said once on the ``specwhisper``
+    logger (INFO; the CLI shows it on a terminal), since a first load is otherwise 20-40 s of silence."""
     cache = _selftest_cache_path()
-    return _read_cache(cache).get(key) if cache is not None else None
+    value = _read_cache(cache).get(key) if cache is not None else None
+    if value is None and not _measuring_said.is_set():
+        _measuring_said.set()
+        logging.getLogger("specwhisper").info(MEASURING_NOTE)
+    return value
 
 
 def cache_put(key: str, value) -> None:

@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     warnings.simplefilter("default")
     warnings.formatwarning = lambda msg, *a, **k: f"warning: {msg}\n"
+    _say_notes_on_a_terminal()
     previous = _on_sigterm_unwind()
     try:
         return _dispatch(args)
@@ -165,6 +166,19 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _say_notes_on_a_terminal() -> None:
+    """The engine's notes (``specwhisper`` logger, INFO: a first load measuring the machine) on
+    stderr where a person watches it, as progress is; scripts' stderr stays as it was."""
+    import logging
+
+    log = logging.getLogger("specwhisper")
+    if sys.stderr.isatty() and not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("note: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
 
 
 class Terminated(BaseException):

@@ -65,3 +65,36 @@ def test_doctor_reports_step_api(capsys):
     from specwhisper.backend import kernel_env
 
     assert f"kernel settings (part of the numerics; read once per process): {kernel_env()}" in out
+
+
+def test_a_first_load_says_once_that_it_measures_the_machine(tmp_path, monkeypatch, caplog):
+    """A first load measures the machine for 20-40 s: the first cache miss of a process says so once
+    on the ``specwhisper`` logger, a hit says nothing; the CLI shows such notes on a terminal only."""
+    import io
+    import logging
+    import sys
+    import threading
+
+    from specwhisper import backend, cli
+
+    monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path))
+    monkeypatch.delenv("SPECWHISPER_NO_SELFTEST_CACHE", raising=False)
+    monkeypatch.setattr(backend, "_measuring_said", threading.Event())
+    backend.cache_put("measured", 1)
+    with caplog.at_level(logging.INFO, logger="specwhisper"):
+        assert backend.cache_get("measured") == 1 and not caplog.records
+        assert backend.cache_get("not measured") is None and backend.cache_get("nor this") is None
+    assert [r.getMessage() for r in caplog.records] == [backend.MEASURING_NOTE]
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    log = logging.getLogger("specwhisper")
+    monkeypatch.setattr(log, "level", log.level)
+    for stderr, shown in ((io.StringIO(), False), (Terminal(), True)):
+        monkeypatch.setattr(sys, "stderr", stderr)
+        monkeypatch.setattr(log, "handlers", [])
+        cli._say_notes_on_a_terminal()
+        log.info(backend.MEASURING_NOTE)
+        assert (f"note: {backend.MEASURING_NOTE}" in stderr.getvalue()) == shown
