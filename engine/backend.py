@@ -206,6 +206,7 @@ class LoadedModel:
         cached = cache_get(key)
         if isinstance(cached, int) and cached >= 1:
             return cached, None
+        measuring()
         single = self._load(1)
         # A 1-row step (single-row windows) and a 3-row call (batch-invariant rounds), both
         # instances timed in turn (a freshly loaded instance timed alone first came out up to 20 %
@@ -300,6 +301,7 @@ class LoadedModel:
                 return replace(cached, key=key)
             except TypeError:  # absent, or written by another version: measure again
                 pass
+        measuring()
         result = measure()
         cache_put(part_key, asdict(result))
         return result
@@ -469,6 +471,7 @@ class LoadedModel:
         cached = cache_get(key) if use_cache else None
         if isinstance(cached, dict) and cached:
             return {int(k): float(v) for k, v in cached.items()}
+        measuring()
         table = self._measure_invariant_costs(wide) if invariant else self._measure_call_costs()
         if table[max(table)] < 1.05:
             warnings.warn("decoder call costs could not be measured (the machine was busy): using the default "
@@ -607,6 +610,7 @@ class LoadedModel:
         cached = (self._swept.get(key) or cache_get(key)) if use_cache else None
         if isinstance(cached, dict):
             return cached
+        measuring()
         diffs = measure()
         self._swept[key] = diffs
         cache_put(key, diffs)
@@ -834,21 +838,25 @@ def _selftest_cache_path() -> Path | None:
 
 
 MEASURING_NOTE = ("measuring this machine for this model and its settings (self-test, call costs, encoder and "
-                  "thread choice): once, about 20-40 s; later runs read the results")
+                  "thread choice): about 20-40 s, once; later runs read the results")
+MEASURING_UNCACHED = ("measuring this machine for this model and its settings (self-test, call costs, encoder and "
+                      "thread choice): about 20-40 s, at every load while SPECWHISPER_NO_SELFTEST_CACHE is set")
 _measuring_said = threading.Event()
 
 
-def cache_get(key: str):
-    """A value of the self-test cache (None when absent or the cache is off).
-
-    A miss means a measurement follows: the first of a process is said once on the ``specwhisper``
-    logger (INFO; the CLI shows it on a terminal), since a first load is otherwise 20-40 s of silence."""
-    cache = _selftest_cache_path()
-    value = _read_cache(cache).get(key) if cache is not None else None
-    if value is None and not _measuring_said.is_set():
+def measuring() -> None:
+    """Say, once per process, that a measurement of this machine starts (``specwhisper`` logger,
+    INFO; the CLI shows it on a terminal): a first load is otherwise 20-40 s of silence. Called
+    where a measurement is about to run, not where a cached one is read."""
+    if not _measuring_said.is_set():
         _measuring_said.set()
-        logging.getLogger("specwhisper").info(MEASURING_NOTE)
-    return value
+        logging.getLogger("specwhisper").info(MEASURING_UNCACHED if _selftest_cache_path() is None else MEASURING_NOTE)
+
+
+def cache_get(key: str):
+    """A value of the self-test cache (None when absent or the cache is off)."""
+    cache = _selftest_cache_path()
+    return _read_cache(cache).get(key) if cache is not None else None
 
 
 def cache_put(key: str, value) -> None:

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     warnings.simplefilter("default")
     warnings.formatwarning = lambda msg, *a, **k: f"warning: {msg}\n"
-    _say_notes_on_a_terminal()
+    notes = _say_notes_on_a_terminal()
     previous = _on_sigterm_unwind()
     try:
         return _dispatch(args)
@@ -166,19 +166,32 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if notes is not None:
+            notes()
 
 
-def _say_notes_on_a_terminal() -> None:
+def _say_notes_on_a_terminal():
     """The engine's notes (``specwhisper`` logger, INFO: a first load measuring the machine) on
-    stderr where a person watches it, as progress is; scripts' stderr stays as it was."""
+    stderr where a person watches it, as progress is; scripts' stderr stays as it was. Returns
+    what puts the logger back as it was (None where nothing was changed)."""
     import logging
 
     log = logging.getLogger("specwhisper")
-    if sys.stderr.isatty() and not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("note: %(message)s"))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
+    if not sys.stderr.isatty() or log.handlers:
+        return None
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("note: %(message)s"))
+    level, propagate = log.level, log.propagate
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False  # said once, not again by a handler of the application's root logger
+
+    def restore() -> None:
+        log.removeHandler(handler)
+        log.setLevel(level)
+        log.propagate = propagate
+
+    return restore
 
 
 class Terminated(BaseException):

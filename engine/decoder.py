@@ -13,7 +13,7 @@ from typing import Protocol
 
 from .drafters.base import Drafter, NullDrafter
 from .drafters.chain import DrafterChain
-from .policy import first_token_gate
+from .policy import FixedDraftLength, first_token_gate
 from .stats import DecodeStats
 from .verifier import DecoderSession
 
@@ -61,7 +61,9 @@ def decode_with_drafters(session: DecoderSession, chain: DrafterChain, policy: D
     no-speculation oracle among them) with a constant filler. ``session.numerics`` then says which."""
     speculating = session.numerics == "batch-invariant" and bool(chain) and policy.draft_len() > 0
     gate = first_token_gate(chain, policy) if speculating and gated else None
-    return decode_window(session, chain if speculating else NullDrafter(), policy, max_new_tokens, eot, stats,
+    # A window that drafts nothing teaches the policy nothing (its learning comes from the shadow).
+    return decode_window(session, chain if speculating else NullDrafter(), policy if speculating else
+                         FixedDraftLength(0), max_new_tokens, eot, stats,
                          filler if speculating else (lambda _tokens: eot), gate)
 
 

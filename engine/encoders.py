@@ -174,7 +174,7 @@ def choose_encoder(choice: str, *, model, model_dir: Path, device: str, compute_
     those that pass beside it once per machine, model, compute type, threads and library versions
     (cached), and runs the fastest; a backend that fails (not installed, build, check) is passed
     over with a warning saying why. A backend asked for explicitly is an error then."""
-    from .backend import cache_get, cache_put
+    from .backend import cache_get, cache_put, measuring
 
     if choice not in ENCODERS:
         raise ModelError(f"unknown encoder {choice!r}", where="--encoder", hint=f"use one of {', '.join(ENCODERS)}")
@@ -202,6 +202,7 @@ def choose_encoder(choice: str, *, model, model_dir: Path, device: str, compute_
                                           record.relative_diff)
         except Exception as exc:  # noqa: BLE001 - a graph that no longer loads: measure again without the cache
             _warn_unavailable(record.name, exc)
+    measuring()
     encoders: dict[str, Encoder] = {"ct2": ct2}
     passed_over: list[str] = []
     diffs: dict[str, float] = {}
@@ -230,7 +231,7 @@ def _explicit(name: str, ct2: CT2Encoder, model_dir: Path, precision: str, threa
               cache_key: str, use_cache: bool) -> tuple[Encoder, EncoderChoice]:
     """A graph backend asked for by name: built and checked against CTranslate2's encoder (the
     check cached), never replaced by another; any failure is an error saying what to do."""
-    from .backend import cache_get, cache_put
+    from .backend import cache_get, cache_put, measuring
 
     label, cls = GRAPH_BACKENDS[name]
     try:
@@ -243,6 +244,7 @@ def _explicit(name: str, ct2: CT2Encoder, model_dir: Path, precision: str, threa
     key = f"encoder-check-v{CHOICE_VERSION}|{cache_key}|{_library_tag([name])}|{precision}"
     diff = cache_get(key) if use_cache else None
     if not isinstance(diff, float):
+        measuring()
         try:
             diff = _check(ct2, encoder, n_mels)
         except ModelError as exc:

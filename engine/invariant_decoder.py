@@ -125,7 +125,7 @@ class InvariantDecoder:
                                         providers=["CPUExecutionProvider"])
 
         # Kept files that do not load (damaged) are generated again; freshly generated ones once only.
-        attempts = (False, True) if graph_files(model_dir, precision, graph)[2].is_file() else (True,)
+        attempts = (False, True) if all(f.is_file() for f in graph_files(model_dir, precision, graph)) else (True,)
         for rebuild in attempts:
             cross, step, self.shape = built_graphs(model_dir, precision, graph, rebuild=rebuild)
             try:

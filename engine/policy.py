@@ -210,6 +210,7 @@ class NoDrafts:
     afterwards (``decoder.learn_from_window``), so a later window drafts again where it would pay."""
 
     learner: AdaptiveDraftLength
+    why: str = ""
 
     def draft_len(self) -> int:
         return 0

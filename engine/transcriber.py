@@ -583,6 +583,8 @@ class WhisperEngine:
                                                                 samples.size / SAMPLE_RATE, check)
         if lockstep:
             numerics, reason = "batch-invariant", "decoded in a lockstep batch on the invariant decoder"
+        elif isinstance(window_policy, NoDrafts):
+            reason += f"; {window_policy.why}"
         if (check is None or check.row_floor is None) and numerics == "batch-invariant":
             numerics, reason = "single-row", "no invariant row range for this encoder length"
         if numerics == "batch-invariant" and not lockstep:
@@ -803,10 +805,10 @@ class WhisperEngine:
         if check is not None and check.preferred and check.row_floor is not None and opts.numerics == "auto":
             numerics, reason = "batch-invariant", "the invariant decoder is faster than single-row here"
             if chain and window_policy is policy and isinstance(policy, AdaptiveDraftLength) \
+                    and check.row_floor == 1 and not opts.draft_hint \
                     and not drafts_pay_on_plain_steps(policy, SPECULATE_MARGIN):
-                window_policy = NoDrafts(policy)
-                reason += (f"; drafts expected {policy.expected_speedup() * policy.cost(1):.2f}x its plain steps "
-                           f"< {SPECULATE_MARGIN:.2f}x: none drafted")
+                window_policy = NoDrafts(policy, f"drafts expected {policy.expected_speedup() * policy.cost(1):.2f}x "
+                                                 f"its plain steps < {SPECULATE_MARGIN:.2f}x: none drafted")
         else:
             numerics, reason = choose_numerics(opts.numerics, opts.speculation, self.row_floor, bool(chain), expected)
         if draft is not None and numerics != "batch-invariant":

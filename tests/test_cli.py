@@ -68,8 +68,9 @@ def test_doctor_reports_step_api(capsys):
 
 
 def test_a_first_load_says_once_that_it_measures_the_machine(tmp_path, monkeypatch, caplog):
-    """A first load measures the machine for 20-40 s: the first cache miss of a process says so once
-    on the ``specwhisper`` logger, a hit says nothing; the CLI shows such notes on a terminal only."""
+    """A first load measures the machine for 20-40 s: the first measurement of a process says so
+    once on the ``specwhisper`` logger (a cached value read says nothing); the CLI shows such notes
+    on a terminal only, and puts the logger back as it was when it returns."""
     import io
     import logging
     import sys
@@ -82,8 +83,10 @@ def test_a_first_load_says_once_that_it_measures_the_machine(tmp_path, monkeypat
     monkeypatch.setattr(backend, "_measuring_said", threading.Event())
     backend.cache_put("measured", 1)
     with caplog.at_level(logging.INFO, logger="specwhisper"):
-        assert backend.cache_get("measured") == 1 and not caplog.records
-        assert backend.cache_get("not measured") is None and backend.cache_get("nor this") is None
+        assert backend.cache_get("measured") == 1 and backend.cache_get("not measured") is None
+        assert not caplog.records  # reading says nothing
+        backend.measuring()
+        backend.measuring()
     assert [r.getMessage() for r in caplog.records] == [backend.MEASURING_NOTE]
 
     class Terminal(io.StringIO):
@@ -91,10 +94,15 @@ def test_a_first_load_says_once_that_it_measures_the_machine(tmp_path, monkeypat
             return True
 
     log = logging.getLogger("specwhisper")
-    monkeypatch.setattr(log, "level", log.level)
+    before = (list(log.handlers), log.level, log.propagate)
     for stderr, shown in ((io.StringIO(), False), (Terminal(), True)):
         monkeypatch.setattr(sys, "stderr", stderr)
-        monkeypatch.setattr(log, "handlers", [])
-        cli._say_notes_on_a_terminal()
+        restore = cli._say_notes_on_a_terminal()
         log.info(backend.MEASURING_NOTE)
         assert (f"note: {backend.MEASURING_NOTE}" in stderr.getvalue()) == shown
+        if restore is not None:
+            restore()
+        assert (list(log.handlers), log.level, log.propagate) == before
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    assert cli.main(["models", "path", "tiny.en"]) in (0, 2)  # main puts the logger back too
+    assert (list(log.handlers), log.level, log.propagate) == before
