@@ -51,6 +51,7 @@ def open_transcriber(args) -> tuple[WhisperEngine, FileTranscriber]:
 
     def transcribe_file(path: str, progress: Progress) -> Result:
         return engine.transcribe(path, language=args.language, task=args.task, numerics=args.numerics,
+                                 numerics_from_auto=getattr(args, "numerics_from_auto", False),
                                  speculation=not args.no_speculation, draft_len=args.draft_len,
                                  initial_prompt=args.initial_prompt,
                                  condition_on_previous_text=args.condition_on_previous_text,

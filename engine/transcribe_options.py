@@ -26,6 +26,9 @@ class TranscribeOptions:
     language: str | None = None
     task: str = "transcribe"
     numerics: str = "auto"
+    # ``numerics`` is what ``auto`` settled for a whole batch job (``batch.decisions``): pinned, so
+    # that every worker decodes alike, but drafting still decided as under ``auto`` (speed only).
+    numerics_from_auto: bool = False
     speculation: bool = True
     draft_len: int | None = None
     condition_on_previous_text: bool = False

@@ -802,7 +802,8 @@ class WhisperEngine:
                     expected = max(expected, SPECULATE_MARGIN)
                     window_policy = policy if opts.draft_len is not None else FixedDraftLength(k)
                     draft.enabled = True
-        if check is not None and check.preferred and check.row_floor is not None and opts.numerics == "auto":
+        auto = opts.numerics == "auto" or (opts.numerics_from_auto and opts.numerics == "batch-invariant")
+        if check is not None and check.preferred and check.row_floor is not None and auto:
             numerics, reason = "batch-invariant", "the invariant decoder is faster than single-row here"
             if chain and window_policy is policy and isinstance(policy, AdaptiveDraftLength) \
                     and check.row_floor == 1 and not opts.draft_hint \

@@ -379,6 +379,15 @@ def test_auto_drafts_on_the_preferred_invariant_decoder_only_where_drafts_beat_i
     assert "none drafted" in plain.windows[0].numerics_reason
     assert plain.stats["drafted"] == 0 and {int(rows) for rows in plain.stats["calls_by_rows"]} == {1}
     assert plain.stats["shadow_rounds"] > 0 and plain.stats["shadow_drafted"] > 0  # still learning
+    # numerics that auto settled for a batch job are pinned, and drafting is still decided as under auto;
+    # numerics pinned by the user draft as asked
+    for _ in range(60):
+        policy.record(1, 0)
+    settled = engine.transcribe(path, language="en", numerics="batch-invariant", numerics_from_auto=True)
+    assert settled.tokens == off.tokens and "none drafted" in settled.windows[0].numerics_reason
+    assert settled.stats["drafted"] == 0
+    pinned = engine.transcribe(path, language="en", numerics="batch-invariant")
+    assert pinned.tokens == off.tokens and pinned.stats["drafted"] > 0
     for _ in range(60):  # drafts that were always right
         policy.record(4, 4)
     drafted = engine.transcribe(path, language="en")

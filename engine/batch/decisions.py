@@ -27,11 +27,13 @@ class JobDecisions:
     why: str
     encoder: str
     batch_decoder: str
+    from_auto: bool = False  # numerics settled by ``auto`` (not asked for): drafting decided as under auto
 
     def apply(self, settings: argparse.Namespace) -> None:
         """Put these in ``settings`` in place of ``auto`` (in place: a transcriber made from
         ``settings`` reads its options at each call)."""
         settings.numerics, settings.encoder, settings.batch_decoder = self.numerics, self.encoder, self.batch_decoder
+        settings.numerics_from_auto = self.from_auto
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -40,14 +42,15 @@ class JobDecisions:
 def decide(engine, settings: argparse.Namespace) -> JobDecisions:
     """The decisions of ``engine``, opened with the job's ``settings`` and not yet used."""
     check = engine.selftest_result
-    if settings.numerics == "auto":
+    from_auto = settings.numerics == "auto"
+    if from_auto:
         numerics, why = engine.auto_numerics(speculation=not settings.no_speculation, draft_len=settings.draft_len)
     else:
         numerics, why = settings.numerics, "asked for"
     batch_decoder = getattr(settings, "batch_decoder", "auto")
     if numerics == "batch-invariant" and check is not None and check.row_floor is not None:
         batch_decoder = check.decoder
-    return JobDecisions(numerics, why, engine.lm.encoder_choice.name, batch_decoder)
+    return JobDecisions(numerics, why, engine.lm.encoder_choice.name, batch_decoder, from_auto)
 
 
 def decide_for_job(settings: argparse.Namespace) -> JobDecisions:
