@@ -59,12 +59,18 @@ def decode_with_drafters(session: DecoderSession, chain: DrafterChain, policy: D
     drafter exists (``filler`` guesses in spare rows; ``gated``: the policy chose the numerics, so
     the first-token gate may still turn the window single-row), else plain greedy (the
     no-speculation oracle among them) with a constant filler. ``session.numerics`` then says which."""
-    speculating = session.numerics == "batch-invariant" and bool(chain) and policy.draft_len() > 0
+    speculating = speculates(session.numerics, chain, policy)
     gate = first_token_gate(chain, policy) if speculating and gated else None
     # A window that drafts nothing teaches the policy nothing (its learning comes from the shadow).
     return decode_window(session, chain if speculating else NullDrafter(), policy if speculating else
                          FixedDraftLength(0), max_new_tokens, eot, stats,
                          filler if speculating else (lambda _tokens: eot), gate)
+
+
+def speculates(numerics: str, chain: DrafterChain, policy: DraftLengthPolicy) -> bool:
+    """Whether a window drafts: batch-invariant, with a drafter, at a draft length above 0 (a
+    ``NoDrafts`` window has none); one that does not learns from the shadow instead."""
+    return numerics == "batch-invariant" and bool(chain) and policy.draft_len() > 0
 
 
 def learn_from_window(chain: DrafterChain, tokens: Sequence[int], numerics: str, policy: DraftLengthPolicy,
@@ -74,7 +80,7 @@ def learn_from_window(chain: DrafterChain, tokens: Sequence[int], numerics: str,
     shadow so the policy (a ``NoDrafts``' learner) learns what speculation would have given; then
     drafters and the filler's bigrams learn its tokens."""
     learner = getattr(policy, "learner", policy)
-    if chain and (numerics != "batch-invariant" or policy.draft_len() == 0):
+    if chain and not speculates(numerics, chain, policy):
         shadow = DrafterChain([d for d in chain.drafters if not getattr(d, "costly", False)])
         if shadow:
             shadow_replay(shadow, tokens, learner.draft_len(), stats, learner)

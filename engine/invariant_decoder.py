@@ -15,7 +15,7 @@ import numpy as np
 
 from .backend import to_host
 from .errors import ModelError
-from .invariant_graph import DecoderShape, built_graphs, graph_files
+from .invariant_graph import DecoderShape, built_graphs, kept_graphs
 from .ort_session import cpu_session_options
 
 
@@ -125,16 +125,16 @@ class InvariantDecoder:
                                         providers=["CPUExecutionProvider"])
 
         # Kept files that do not load (damaged) are generated again; freshly generated ones once only.
-        attempts = (False, True) if all(f.is_file() for f in graph_files(model_dir, precision, graph)) else (True,)
-        for rebuild in attempts:
-            cross, step, self.shape = built_graphs(model_dir, precision, graph, rebuild=rebuild)
+        kept = kept_graphs(model_dir, precision, graph)
+        for graphs in (kept, None) if kept is not None else (None,):
+            cross, step, self.shape = graphs or built_graphs(model_dir, precision, graph)
             try:
                 self._cross = session(cross, cross_threads or threads)
                 self._step = session(step, threads)
                 self._wide = self._step if (cross_threads or threads) == threads else session(step, cross_threads)
                 break
             except Exception as exc:  # onnxruntime raises its own exception types
-                if rebuild:
+                if graphs is None:
                     raise ModelError(f"ONNX Runtime cannot load the decoder graphs: {exc}", where=str(model_dir),
                                      hint="check the onnxruntime installation") from None
         self._outputs = [o.name for o in self._step.get_outputs()]

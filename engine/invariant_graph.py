@@ -84,23 +84,28 @@ def graph_files(model_dir: Path, precision: str = "int8", graph: str = "paired")
     return tuple(generated_file(model_dir, f"{stem}-{part}") for part in ("cross.onnx", "step.onnx", "shape.json"))
 
 
-def built_graphs(model_dir: Path, precision: str = "int8", graph: str = "paired",
-                 rebuild: bool = False) -> tuple[Path | bytes, Path | bytes, DecoderShape]:
-    """``build_graphs``, kept on disk beside the encoder's graphs: every engine load after the first
-    reads two files instead of generating the graphs again (0.4 s for base). The shape file is
-    written last, so its presence says both graphs are whole (each file is written atomically).
-    ``rebuild``: ignore what is kept (a file ONNX Runtime could not load). Where the files cannot
-    be written (a read-only store, a full disk), the graphs are returned as bytes."""
+def kept_graphs(model_dir: Path, precision: str = "int8",
+                graph: str = "paired") -> tuple[Path, Path, DecoderShape] | None:
+    """The graphs ``built_graphs`` kept for the model (every engine load after the first reads two
+    files instead of generating them again: 0.4 s for base), None where they are not all there or
+    were written by another version. The shape file is written last, so its presence says both
+    graphs are whole (each file is written atomically)."""
+    cross_path, step_path, shape_path = graph_files(model_dir, precision, graph)
+    try:
+        shape = DecoderShape(**json.loads(shape_path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):  # absent, or written by another version
+        return None
+    return (cross_path, step_path, shape) if cross_path.is_file() and step_path.is_file() else None
+
+
+def built_graphs(model_dir: Path, precision: str = "int8",
+                 graph: str = "paired") -> tuple[Path | bytes, Path | bytes, DecoderShape]:
+    """``build_graphs``, generated now and kept on disk beside the encoder's graphs (see
+    ``kept_graphs``). Where the files cannot be written (a read-only store, a full disk), the
+    graphs are returned as bytes."""
     from .io_utils import atomic_write_bytes, atomic_write_text
 
     cross_path, step_path, shape_path = graph_files(model_dir, precision, graph)
-    if not rebuild:
-        try:
-            shape = DecoderShape(**json.loads(shape_path.read_text(encoding="utf-8")))
-            if cross_path.is_file() and step_path.is_file():
-                return cross_path, step_path, shape
-        except (OSError, ValueError, TypeError):  # absent, or written by another version
-            pass
     cross, step, shape = build_graphs(model_dir, precision, graph)
     try:
         shape_path.unlink(missing_ok=True)
