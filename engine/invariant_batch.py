@@ -115,7 +115,6 @@ class GatedDecoder:
     slot of this thread's previous window), every call goes through the gate; ``release()`` when
     the window is decoded."""
 
-    rewinds_to_start = True
 
     def __init__(self, gate: LockstepGate) -> None:
         self._gate = gate

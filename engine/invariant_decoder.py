@@ -106,13 +106,12 @@ def grow_caches(feeds: dict[str, np.ndarray], needed: int, step: int, limit: int
 class InvariantDecoder:
     """The decoder graphs of one model on ONNX Runtime, ``threads`` intra-op threads."""
 
-    rewinds_to_start = True  # a state truncates to step 0 (the fork's keeps at least one position)
 
     def __init__(self, model_dir: Path, threads: int = 1, precision: str = "int8", cross_threads: int | None = None,
                  graph: str = "paired") -> None:
-        """``threads``: intra-op threads of the decoder's calls; ``cross_threads``: of the once-a-window
-        cross-attention keys and values, the prompt's prefill (large GEMMs, like the encoder's;
-        default ``threads``), and of a window's calls while nothing else runs beside them (``wide``:
+        """``threads``: intra-op threads of the decoder's calls; ``cross_threads``: of a window's
+        first call (its cross-attention keys and values and its prompt: large GEMMs, like the
+        encoder's; default ``threads``), and of its later calls while nothing else runs beside them (``wide``:
         a 1-row step took 4.4 ms on 2 threads against 6.5 on 1 here). Whether a row comes out the
         same bits on either thread count is the self-test's to check (``backend``). ``graph``: see
         ``invariant_graph.build_graphs``."""
@@ -127,9 +126,9 @@ class InvariantDecoder:
         # Kept files that do not load (damaged) are generated again; freshly generated ones once only.
         kept = kept_graphs(model_dir, precision, graph)
         for graphs in (kept, None) if kept is not None else (None,):
-            cross, step, self.shape = graphs or built_graphs(model_dir, precision, graph)
+            window, step, self.shape = graphs or built_graphs(model_dir, precision, graph)
             try:
-                self._cross = session(cross, cross_threads or threads)
+                self._window = session(window, cross_threads or threads)
                 self._step = session(step, threads)
                 self._wide = self._step if (cross_threads or threads) == threads else session(step, cross_threads)
                 break
@@ -138,6 +137,7 @@ class InvariantDecoder:
                     raise ModelError(f"ONNX Runtime cannot load the decoder graphs: {exc}", where=str(model_dir),
                                      hint="check the onnxruntime installation") from None
         self._outputs = [o.name for o in self._step.get_outputs()]
+        self._window_outputs = [o.name for o in self._window.get_outputs()]
         self.compute_type = precision
         # Positions the caches grow by (``CACHE_STEP``); the model's maximum keeps them full-length
         # (where the self-test finds rows that differ with the cache's length).
@@ -154,18 +154,24 @@ class InvariantDecoder:
     def prefill_rows(self, encoder_output, prompt: Sequence[int], rows: Sequence[int],
                      wide: Callable[[], bool] | None = None):
         """``prefill`` returning the logits of the prompt's ``rows`` (the fork's gives the last
-        row's only): the row after SOT gives ``<|nospeech|>`` without a second call. ``wide``: see
-        ``InvariantDecoderState`` (the prefill always runs on ``cross_threads``)."""
-        feeds = cache_block(self.shape, 1, self.cross(encoder_output), positions=self.cache_step)
-        state = InvariantDecoderState(feeds, 0, self.shape.max_positions, self.shape.layers, wide)
-        return state, self._call(state, list(prompt), rows, self._wide)
-
-    def cross(self, encoder_output) -> dict[str, np.ndarray]:
-        """Every layer's cross-attention keys [H, T, dh] and transposed values [H, dh, T] of a window."""
+        row's only): the row after SOT gives ``<|nospeech|>`` without a second call. One call of
+        the window graph on ``cross_threads``; ``wide``: see ``InvariantDecoderState``."""
+        n = len(prompt)
+        if not 0 < n <= self.shape.max_positions:
+            raise ValueError(f"a prompt of {n} tokens (the decoder holds 1 to {self.shape.max_positions})")
         enc = to_host(encoder_output).astype(np.float32, copy=False)  # CUDA storage is copied first
-        enc = np.ascontiguousarray(enc.reshape(-1, enc.shape[-1]))
-        names = [o.name for o in self._cross.get_outputs()]
-        return dict(zip(names, self._cross.run(names, {"encoder_output": enc})))
+        out = dict(zip(self._window_outputs, self._window.run(self._window_outputs, {
+            "encoder_output": np.ascontiguousarray(enc.reshape(-1, enc.shape[-1])),
+            "tokens": np.asarray(prompt, np.int64), "positions": np.arange(n, dtype=np.int64),
+            "mask": np.triu(np.full((n, n), -np.inf, np.float32), 1), "logit_rows": np.asarray(rows, np.int64)})))
+        feeds = cache_block(self.shape, 1, out, positions=self.cache_step)
+        grow_caches(feeds, n, self.cache_step, self.shape.max_positions)
+        for i in range(self.shape.layers):
+            feeds[f"past_k_{i}"][0, :, :n] = out[f"new_k_{i}"]
+            feeds[f"past_v_{i}"][0, :, :, :n] = out[f"new_v_{i}"]
+        state = InvariantDecoderState(feeds, 0, self.shape.max_positions, self.shape.layers, wide)
+        state.current_step = n
+        return state, out["logits"]
 
     def forward_step(self, state: InvariantDecoderState, token: int) -> np.ndarray:
         return self._call(state, [token])

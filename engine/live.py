@@ -70,8 +70,9 @@ LOOP_MARGIN = 16  # tokens a pass may emit beyond the previous pass's and a step
 LOW_CONFIDENCE = -0.65  # a pass whose mean token log-probability is below this commits nothing (see _pass)
 EMPTY_KEEP_S = 1.0  # a pass that hears no words keeps this much of the buffer: a word may be starting
 # Committed tokens kept as the prompt: about whisper_streaming's 200 characters. Every pass
-# prefills its prompt, and a long one costs: 25 ms without, 68 ms with 60 tokens, 116 ms with 223
-# (base int8, invariant decoder, 2 cores), against about 5 ms a decoded token.
+# prefills its prompt, and a long one costs: on an Intel Xeon (base int8, invariant decoder, 2
+# cores) 29-34 ms with a bare SOT sequence, 55-59 ms with 64 tokens, 126-133 ms with 224, against
+# about 4-5 ms a decoded token.
 CONTEXT_TOKENS = 48
 SET_BY_STREAM = ("timestamps", "prefix", "draft_hint", "clip_timestamps", "condition_on_previous_text",
                  "progress", "multilingual", "word_timestamps", "max_new_tokens", "chunk_length")

@@ -166,6 +166,20 @@ class GraphBuilder:
         return self.op("Reshape", [out, self.const(np.array([-1, n_heads * d_head], np.int64))])
 
 
+    def attend_all(self, q: str, keys: str, values: str, mask: str | None, d_model: int,
+                   transposed_values: bool) -> str:
+        """q [H, R, dh] (scaled by dh^-0.5), keys [H, T, dh], values [H, T, dh] (or transposed,
+        [H, dh, T]), mask [R, T] or None -> [R, H * dh]: the rows as one matrix, two GEMMs a head
+        (a prompt's call; ``attend`` is the step graph's row by row)."""
+        scores = self.op("FusedMatMul", [q, keys], domain="com.microsoft", transB=1)
+        if mask is not None:
+            scores = self.op("Add", [scores, mask])
+        probs = self.op("Softmax", [scores], axis=-1)
+        out = self.op("FusedMatMul", [probs, values], domain="com.microsoft", transB=int(transposed_values))
+        return self.op("Reshape", [self.op("Transpose", [out], perm=[1, 0, 2]),
+                                   self.const(np.array([-1, d_model], np.int64))])
+
+
 def read_weights(model_dir: Path, scope: str) -> dict[str, np.ndarray]:
     """Every variable of ``model.bin`` under ``scope`` (``encoder/`` or ``decoder/``), aliases resolved."""
     from specwhisper.converters.ct2_bin import ModelBinReader

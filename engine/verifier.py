@@ -144,21 +144,29 @@ class DecoderSession:
         the same rules as decoding, and the probability of ``<|nospeech|>`` after SOT.
 
         Computed afterwards from the tokens alone, in calls of at most ``row_ceiling`` rows on
-        the window's own state (rolled back to SOT, so the encoder's keys are not computed again):
-        a fixed function of the tokens, hence the same with any drafter (faster-whisper's
+        the window's own state (rolled back to SOT, so the encoder's keys are not computed again;
+        the invariant decoder prefills the prompt again, in the call decoding made): a fixed
+        function of the tokens, hence the same with any drafter (faster-whisper's
         ``avg_logprob`` and ``no_speech_prob``, which decide its fallback and silence skips).
         Where they were recorded while decoding (``scores_from``), those are returned: on the
         invariant decoder a row's logits are the same bits in any call, so they are equal."""
         if self._no_speech is not None and all(i in self._logprobs for i in range(len(tokens))):
             return [self._logprobs[i] for i in range(len(tokens))], self._no_speech
-        state, rows, start = self._state, [], sot_index
-        if sot_index == 0 and not getattr(self._model, "rewinds_to_start", False):
-            # The fork's state keeps its first position: SOT's own row comes from a prefill of it.
-            _, logits = self._model.prefill(self._encoder_output, self._prompt[:1])
-            rows.append(np.asarray(to_host(logits), dtype=np.float32).reshape(-1, self._vocab))
-            start = 1
-        state.truncate_to_step(start)
-        inputs = self._prompt[start:] + list(tokens[:-1])
+        if hasattr(self._model, "prefill_rows"):
+            # The prompt's rows from its own call again (the invariant decoder's window graph
+            # computes them otherwise than its steps would), then the window's tokens.
+            state, logits = self._model.prefill_rows(self._encoder_output, self._prompt,
+                                                     list(range(sot_index, len(self._prompt))))
+            rows, inputs = [np.asarray(to_host(logits), dtype=np.float32).reshape(-1, self._vocab)], list(tokens[:-1])
+        else:
+            state, rows, start = self._state, [], sot_index
+            if sot_index == 0:
+                # The fork's state keeps its first position: SOT's own row comes from a prefill of it.
+                _, logits = self._model.prefill(self._encoder_output, self._prompt[:1])
+                rows.append(np.asarray(to_host(logits), dtype=np.float32).reshape(-1, self._vocab))
+                start = 1
+            state.truncate_to_step(start)
+            inputs = self._prompt[start:] + list(tokens[:-1])
         for begin in range(0, len(inputs), self.row_ceiling):
             logits = to_host(self._model.forward_batch(state, inputs[begin:begin + self.row_ceiling]))
             rows.append(np.asarray(logits, dtype=np.float32).reshape(-1, self._vocab))
