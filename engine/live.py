@@ -71,8 +71,8 @@ LOW_CONFIDENCE = -0.65  # a pass whose mean token log-probability is below this 
 EMPTY_KEEP_S = 1.0  # a pass that hears no words keeps this much of the buffer: a word may be starting
 # Committed tokens kept as the prompt: about whisper_streaming's 200 characters. Every pass
 # prefills its prompt, and a long one costs: on an Intel Xeon (base int8, invariant decoder, 2
-# cores) 29-34 ms with a bare SOT sequence, 55-59 ms with 64 tokens, 126-133 ms with 224, against
-# about 4-5 ms a decoded token.
+# cores, a slow spell) 34-43 ms with a bare SOT sequence, 56-71 ms with 64 tokens, 129-184 ms
+# with 224, against about 5-8 ms a decoded token.
 CONTEXT_TOKENS = 48
 SET_BY_STREAM = ("timestamps", "prefix", "draft_hint", "clip_timestamps", "condition_on_previous_text",
                  "progress", "multilingual", "word_timestamps", "max_new_tokens", "chunk_length")

@@ -414,22 +414,24 @@ def test_fork_kernels_pinned_stay_exact(base_model_dir, base_engine, shared_data
         check_exact_under_adversaries(engine, enc, seed, f"{clip['audio']} on the fork's kernels", **options)
 
 
-def _scored_window(engine, enc, drafter, k: int, record: bool):
+def _scored_window(engine, enc, drafter, k: int, record: bool, previous: list[int] = ()):
     """One timestamped window decoded on the invariant decoder with ``drafter``, and its scores,
-    recorded while decoding (``record``) or from the scoring pass afterwards."""
+    recorded while decoding (``record``) or from the scoring pass afterwards; ``previous``: text
+    tokens of earlier windows prompted before SOT."""
     from specwhisper.decoder import decode_window
     from specwhisper.drafters.base import WindowContext
     from specwhisper.policy import FixedDraftLength
     from specwhisper.stats import DecodeStats
     from specwhisper.verifier import DecoderSession
 
-    prompt = engine.tokenizer.sot_sequence("en", timestamps=True)
+    lead = [engine.tokenizer.special.sot_prev, *previous] if previous else []
+    prompt = lead + engine.tokenizer.sot_sequence("en", timestamps=True)
     eot = engine.tokenizer.special.eot
     session = DecoderSession(engine.lm, enc, prompt, "batch-invariant", row_floor=1, row_ceiling=engine.row_ceiling,
-                             rules=engine._timestamp_rules, scores_from=0 if record else None)
+                             rules=engine._timestamp_rules, scores_from=len(lead) if record else None)
     drafter.begin(WindowContext(prompt=tuple(prompt), eot=eot, max_new_tokens=200))
     tokens = decode_window(session, drafter, FixedDraftLength(k), 200, eot, DecodeStats(), lambda _t: eot)
-    return tokens, session.score(tokens, 0)
+    return tokens, session.score(tokens, len(lead))
 
 
 def test_scores_recorded_while_decoding_equal_the_scoring_pass(invariant_engine, shared_data):
@@ -446,6 +448,40 @@ def test_scores_recorded_while_decoding_equal_the_scoring_pass(invariant_engine,
         for drafter, k in ((Oracle(oracle, eot, flip=True, seed=seed), 6), (RandomIds(seed, vocab), 4),
                            (Oracle(oracle, eot), 8)):
             tokens, (recorded, recorded_no_speech) = _scored_window(engine, enc, drafter, k, record=True)
+            assert tokens == oracle, clip["audio"]
+            assert recorded == passed and recorded_no_speech == no_speech, clip["audio"]
+
+
+def test_a_window_with_previous_text_prefills_in_one_call_and_stays_exact(invariant_engine, shared_data):
+    """A window conditioned on earlier text prefills its whole prompt in one call of the window
+    graph, whose rows attend as one matrix (not row by row as the step graph's): its first
+    token's logits stay as near the float32 model's as the self-test asks of every row, and that
+    prompt decoded with adversarial drafters gives the tokens and the scores (recorded while
+    decoding, or from the scoring pass, which prefills the prompt again) of no speculation."""
+    import ctranslate2
+
+    from specwhisper.backend import MAX_INVARIANT_DRIFT, to_host
+    from specwhisper.drafters.base import NullDrafter
+
+    engine = invariant_engine
+    eot, vocab, tok = engine.tokenizer.special.eot, engine.lm.vocab_size, engine.tokenizer
+    exact = engine.lm._load(engine.lm.threads, "float32")
+    picked = representative(shared_data)
+    previous = tok.encode(" " + " ".join(c["text"] for c in picked[:12] if c.get("text")))[:150]
+    assert len(previous) >= 100
+    for seed, clip in enumerate(picked[:6:3]):
+        enc, _ = encode_clip(engine, clip["path"])
+        prompt = [tok.special.sot_prev, *previous, *tok.sot_sequence("en", timestamps=True)]
+        _, first = engine.lm.invariant_decoder().prefill(enc, prompt)
+        _, reference = exact.prefill(ctranslate2.StorageView.from_array(np.asarray(to_host(enc), np.float32)), prompt)
+        first, reference = np.asarray(first, np.float32).reshape(-1), np.asarray(reference, np.float32).reshape(-1)
+        assert first.argmax() == reference.argmax(), clip["audio"]
+        assert np.abs(first - reference).max() / np.abs(reference).max() <= MAX_INVARIANT_DRIFT, clip["audio"]
+        oracle, (passed, no_speech) = _scored_window(engine, enc, NullDrafter(), 1, record=False, previous=previous)
+        assert len(passed) == len(oracle) and all(p <= 0 for p in passed)
+        for drafter, k in ((Oracle(oracle, eot, flip=True, seed=seed), 6), (RandomIds(seed, vocab), 4)):
+            tokens, (recorded, recorded_no_speech) = _scored_window(engine, enc, drafter, k, record=True,
+                                                                    previous=previous)
             assert tokens == oracle, clip["audio"]
             assert recorded == passed and recorded_no_speech == no_speech, clip["audio"]
 
