@@ -68,13 +68,15 @@ class OnnxEncoder:
             raise ModelError("the ONNX encoder needs onnxruntime", where="--encoder onnx",
                              hint="pip install onnxruntime onnx, or use --encoder ct2") from None
         self.precision = precision
-        self.path = built_graph(model_dir, precision)
+        graph = built_graph(model_dir, precision)
+        self.path = graph if isinstance(graph, Path) else None  # None: the graph is in memory only
         try:
-            self._session = ort.InferenceSession(str(self.path), cpu_session_options(ort, threads),
+            self._session = ort.InferenceSession(str(graph) if self.path else graph, cpu_session_options(ort, threads),
                                                  providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own types; a damaged cached file is rebuilt next time
-            self.path.unlink(missing_ok=True)
-            raise ModelError(f"ONNX Runtime cannot load the encoder graph: {exc}", where=str(self.path),
+            if self.path is not None:
+                self.path.unlink(missing_ok=True)
+            raise ModelError(f"ONNX Runtime cannot load the encoder graph: {exc}", where=str(self.path or model_dir),
                              hint="run again to rebuild it, or use --encoder ct2") from None
 
     def encode(self, features: np.ndarray):
@@ -100,17 +102,19 @@ class OpenVinoEncoder:
             raise ModelError("the OpenVINO encoder needs openvino", where="--encoder openvino",
                              hint="pip install 'specwhisper[openvino]', or use --encoder onnx or ct2") from None
         self.graph = "int8-weights" if precision == "int8" else precision
-        self.path = built_graph(model_dir, self.graph)
+        graph = built_graph(model_dir, self.graph)
+        self.path = graph if isinstance(graph, Path) else None  # None: the graph is in memory only
         core = ov.Core()
         bf16 = precision == "int8" and "BF16" in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
         self.inference_precision = "bf16" if bf16 else "f32"
         try:
-            compiled = core.compile_model(core.read_model(str(self.path)), "CPU", {
+            compiled = core.compile_model(core.read_model(str(graph) if self.path else graph), "CPU", {
                 "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": self.inference_precision,
                 "PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": False})
         except Exception as exc:  # OpenVINO raises RuntimeError subclasses of its own; a damaged file is rebuilt
-            self.path.unlink(missing_ok=True)
-            raise ModelError(f"OpenVINO cannot compile the encoder graph: {exc}", where=str(self.path),
+            if self.path is not None:
+                self.path.unlink(missing_ok=True)
+            raise ModelError(f"OpenVINO cannot compile the encoder graph: {exc}", where=str(self.path or model_dir),
                              hint="run again to rebuild it, or use --encoder onnx or ct2") from None
         self._request = compiled.create_infer_request()
         self._lock = threading.Lock()  # one infer request: a window at a time (a draft model has its own encoder)
@@ -132,14 +136,22 @@ def graph_path(model_dir: Path, precision: str) -> Path:
     return generated_file(model_dir, f"encoder-{precision}-g{ENCODER_GRAPH_VERSION}.onnx")
 
 
-def built_graph(model_dir: Path, precision: str) -> Path:
-    """The graph file of ``precision`` for the model, built now (atomically) where it is not yet."""
+def built_graph(model_dir: Path, precision: str) -> Path | bytes:
+    """The graph file of ``precision`` for the model, built now (atomically) where it is not yet;
+    where it cannot be written (a read-only store and cache, a full disk), the graph itself, kept
+    in memory as the decoder's graphs are: the encoder the machine runs fastest is not passed over
+    for want of a writable folder."""
     from .encoder_graph import build_encoder_graph
     from .io_utils import atomic_write_bytes
 
     path = graph_path(model_dir, precision)
-    if not path.is_file():
-        atomic_write_bytes(path, build_encoder_graph(model_dir, precision))
+    if path.is_file():
+        return path
+    graph = build_encoder_graph(model_dir, precision)
+    try:
+        atomic_write_bytes(path, graph)
+    except OSError:
+        return graph
     return path
 
 

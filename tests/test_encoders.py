@@ -181,6 +181,34 @@ def test_a_damaged_cached_graph_falls_back_then_is_rebuilt(tiny_model_dir, tmp_p
     assert _choose(tiny_model_dir, "onnx")[0].name == "onnx" and path.stat().st_size > 1_000_000
 
 
+@pytest.mark.parametrize("backend", ["onnx", "openvino"])
+def test_a_graph_that_cannot_be_written_runs_from_memory(backend, tiny_model_dir, tmp_path, monkeypatch):
+    """A read-only store and cache (or a full disk): the graph encoder is built and run from memory,
+    as the decoder's graphs are, instead of being passed over: the same output as from its file,
+    nothing written, and ``auto`` still weighs it."""
+    import errno
+
+    from specwhisper import io_utils
+    from specwhisper.encoders import graph_path
+
+    def refuse(*_args, **_kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path))  # the model is outside this store: the cache keeps its graphs
+    path = graph_path(tiny_model_dir, "int8-weights" if backend == "openvino" else "int8")
+    assert not path.exists()
+    with monkeypatch.context() as read_only:
+        read_only.setattr(io_utils, "atomic_write_bytes", refuse)
+        in_memory = _graph_encoder(backend, tiny_model_dir, "int8")
+        assert in_memory.path is None and not path.exists()
+        _, record = _choose(tiny_model_dir, "auto")
+        assert backend in record.ms and not path.exists()
+    from_file = _graph_encoder(backend, tiny_model_dir, "int8")
+    assert from_file.path == path and path.is_file()
+    features = _features()
+    assert np.array_equal(_host(in_memory.encode(features)), _host(from_file.encode(features)))
+
+
 @pytest.fixture(scope="module", params=["onnx", "openvino"])
 def graph_engine(request, base_model_dir):
     from specwhisper import WhisperEngine
