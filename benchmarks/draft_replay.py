@@ -45,7 +45,14 @@ from specwhisper.drafters.base import WindowContext
 from specwhisper.drafters.bigram import BigramGuesser, map_then_bigram
 from specwhisper.drafters.chain import DrafterChain
 from specwhisper.drafters.tokenmap_drafter import TokenMapDrafter
-from specwhisper.policy import VerifyCost, choose_numerics, default_policy
+from specwhisper.policy import (
+    SPECULATE_MARGIN,
+    NoDrafts,
+    VerifyCost,
+    choose_numerics,
+    default_policy,
+    drafts_pay_on_plain_steps,
+)
 from specwhisper.stats import DecodeStats
 from specwhisper.tokenizer import WhisperTokenizer
 from specwhisper.tokenmap import load_token_map
@@ -94,6 +101,9 @@ class Replayer:
     learn_filler: bool = False  # the engine shares its filler bigrams across calls only when it learns
     max_new_tokens: int = MAX_NEW_TOKENS
     gate: bool = True  # False where batch-invariant windows run on the invariant decoder (no first-token gate)
+    # The engine's self-test found the invariant decoder faster than single-row: ``auto`` windows are
+    # batch-invariant and draft only where drafts beat its plain steps (``NoDrafts`` otherwise).
+    preferred: bool = False
 
     def __post_init__(self) -> None:
         self.chain = DrafterChain([self.drafter])
@@ -108,15 +118,21 @@ class Replayer:
         if not tokens:
             raise ValueError("an utterance without tokens: the engine's first token is never EOT")
         guesser = self.guesser if self.learn_filler else BigramGuesser(self.tokenizer)
-        numerics, _ = choose_numerics(self.numerics, True, self.row_floor, True, self.policy.expected_speedup())
+        policy = self.policy
+        if self.preferred and self.numerics == "auto":  # as WhisperEngine._choose_numerics
+            numerics = "batch-invariant"
+            if self.row_floor == 1 and not drafts_pay_on_plain_steps(self.policy, SPECULATE_MARGIN):
+                policy = NoDrafts(self.policy)
+        else:
+            numerics, _ = choose_numerics(self.numerics, True, self.row_floor, True, self.policy.expected_speedup())
         session = OracleSession(tokens, eot, numerics, self.row_floor, self.row_ceiling, can_go_single_row=self.gate)
         self.chain.begin(WindowContext(prompt=(), eot=eot, max_new_tokens=cap, speech_s=speech_s))
         stats = DecodeStats()
-        out = decode_with_drafters(session, self.chain, self.policy, cap, eot, stats,
+        out = decode_with_drafters(session, self.chain, policy, cap, eot, stats,
                                    map_then_bigram(self.drafter, guesser), gated=self.numerics == "auto")
         if out != [*tokens, eot][:cap]:
             raise AssertionError("the oracle session changed the tokens: the replay is broken")
-        learn_from_window(self.chain, out, session.numerics, self.policy, stats, guesser, eot)
+        learn_from_window(self.chain, out, session.numerics, policy, stats, guesser, eot)
         one = {"greedy_steps": len(out) - 1, "prefills": self.prefill_steps,
                "spec_steps": stats.steps + priced_calls(stats, self.cost, self.row_floor)}
         t = self.totals

@@ -154,8 +154,10 @@ def test_draft_replay_reproduces_the_engines_rounds(base_model_dir, car_engine, 
 
     tok = car_engine.tokenizer
     car = clips(shared_data, "car")
+    check = car_engine.selftest_result
     settings = {"cost": car_engine.verify_cost, "row_floor": car_engine.row_floor,
-                "row_ceiling": car_engine.row_ceiling, "gate": car_engine.selftest_result.decoder == "ct2"}
+                "row_ceiling": car_engine.row_ceiling, "gate": check.decoder == "ct2",
+                "preferred": bool(check.preferred and check.row_floor is not None)}
     drafted = 0
     for numerics, clip_list in (("batch-invariant", car[8:12]), ("auto", car[12:16])):
         replayer = Replayer(make_drafter(load_token_map(car_map, tok), tok, "", {}), tok, numerics, **settings)
