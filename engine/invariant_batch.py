@@ -115,7 +115,6 @@ class GatedDecoder:
     slot of this thread's previous window), every call goes through the gate; ``release()`` when
     the window is decoded."""
 
-
     def __init__(self, gate: LockstepGate) -> None:
         self._gate = gate
         self._state: InvariantDecoderState | None = None

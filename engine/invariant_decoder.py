@@ -106,7 +106,6 @@ def grow_caches(feeds: dict[str, np.ndarray], needed: int, step: int, limit: int
 class InvariantDecoder:
     """The decoder graphs of one model on ONNX Runtime, ``threads`` intra-op threads."""
 
-
     def __init__(self, model_dir: Path, threads: int = 1, precision: str = "int8", cross_threads: int | None = None,
                  graph: str = "paired") -> None:
         """``threads``: intra-op threads of the decoder's calls; ``cross_threads``: of a window's
