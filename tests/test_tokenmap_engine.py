@@ -26,9 +26,10 @@ def car_engine(base_engine, car_map):
 
 
 def test_token_map_is_exact_and_drafts_on_held_out_commands(car_engine, base_engine, shared_data):
+    """Numerics pinned batch-invariant: every window drafts (see the README), so the map's effect on
+    calls shows on any machine; whether that is cheaper than plain steps depends on the machine's
+    prices and is ``auto``'s decision (next test)."""
     tokens = calls = oracle_calls = 0
-    price = car_engine.verify_cost  # the engine's own measured call prices, by rows
-    cost = oracle_cost = 0.0
     for clip in clips(shared_data, "car")[:6]:
         oracle = base_engine.transcribe(clip["path"], language="en", numerics="batch-invariant", speculation=False)
         spec = car_engine.transcribe(clip["path"], language="en", numerics="batch-invariant")
@@ -36,16 +37,37 @@ def test_token_map_is_exact_and_drafts_on_held_out_commands(car_engine, base_eng
         tokens += spec.stats["tokens"]
         calls += spec.stats["verify_calls"]
         oracle_calls += oracle.stats["verify_calls"]
-        cost += sum(n * price(int(rows)) for rows, n in spec.stats["calls_by_rows"].items())
-        oracle_cost += sum(n * price(int(rows)) for rows, n in oracle.stats["calls_by_rows"].items())
-    # Without drafts a call yields one token; the map makes calls confirm several. How many a call
-    # should carry is the cost model's choice from the machine's prices (where a 2-row call costs
-    # 1.4 1-row steps, as on 2 threads here, fewer than where it costs 1.2): asserted are fewer
-    # calls, and that by those prices drafting never costs more than it saves (here it saved 5 %:
-    # a 1-row step on 2 threads is cheap; benchmarks/RESULTS_fw_api.md).
+    # Without drafts a call yields one token; the map makes calls confirm several.
     assert tokens / calls > 1.4
     assert calls < 0.75 * oracle_calls
-    assert cost < oracle_cost
+
+
+def _priced(result, price) -> float:
+    """A result's decoder calls after each window's prefill, priced by the engine's measured curve
+    (single-row steps at 1.0, the unit the policy predicts in)."""
+    return result.stats["steps"] + sum(n * price(int(rows)) for rows, n in result.stats["calls_by_rows"].items())
+
+
+def test_auto_drafts_commands_only_where_drafts_beat_plain_steps(base_engine, car_map, shared_data):
+    """By the engine's own prices, what ``auto`` decodes held-out commands with (drafts, plain
+    invariant 1-row steps, or single-row greedy) costs no more than the cheapest plain decoding
+    this machine has, once its policy has seen them (a first pass: rounds and shadow replays).
+    Drafts are not free where the row floor is 1: on the Xeon here they saved 17 % of the
+    invariant decoder's 1-row steps on these commands, while on a CI machine whose 1-row step
+    cost 0.64 of single-row (against 0.85 here) every-window drafting (pinned numerics) cost 2 %
+    more than plain steps."""
+    engine = WhisperEngine(loaded=base_engine.lm, tokenmap=car_map, prompt_lookup=False)
+    price = engine.verify_cost
+    plain_step = min(1.0, price(1)) if engine.selftest_result and engine.selftest_result.preferred else 1.0
+    commands = clips(shared_data, "car")[:6]
+    for clip in commands:
+        engine.transcribe(clip["path"], language="en")
+    cost = plain = 0.0
+    for clip in commands:
+        result = engine.transcribe(clip["path"], language="en")
+        cost += _priced(result, price)
+        plain += plain_step * sum(w.stats["tokens"] - 1 for w in result.windows)
+    assert cost <= plain + 1e-9, (cost, plain)
 
 
 def test_first_token_gate_keeps_a_map_that_does_not_fit_single_row(base_model_dir, car_map, base_engine,
