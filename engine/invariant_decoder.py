@@ -135,7 +135,6 @@ class InvariantDecoder:
                 if graphs is None:
                     raise ModelError(f"ONNX Runtime cannot load the decoder graphs: {exc}", where=str(model_dir),
                                      hint="check the onnxruntime installation") from None
-        self._outputs = [o.name for o in self._step.get_outputs()]
         self._window_outputs = [o.name for o in self._window.get_outputs()]
         self.compute_type = precision
         # Positions the caches grow by (``CACHE_STEP``); the model's maximum keeps them full-length
@@ -206,8 +205,10 @@ class InvariantDecoder:
         """One call of the step graph on the first ``slots`` slots of a block: ``calls`` are
         (state, tokens, logit rows) of distinct slots; a slot with fewer rows than the longest
         call repeats its last row (the same token at the same position: the same key and value
-        bits written twice), and a slot without a call (a free one) feeds rows at position 0, never written back. Each call's new keys and
-        values are written into its slot's cache at its positions; returns each call's logits."""
+        bits written twice), and a slot without a call (a free one) feeds rows at position 0, written
+        into its cache there (a slot's prefill writes its prompt from position 0 on). Each call's
+        new keys and values are written into its slot's cache at its positions; returns each call's
+        logits."""
         session = session or self._step
         by_slot = {state.slot: (state, tokens, rows) for state, tokens, rows in calls}
         width = max(len(tokens) for _, tokens, _ in calls)
@@ -224,24 +225,33 @@ class InvariantDecoder:
             token_rows[slot, len(tokens):] = tokens[-1]
             positions[slot] = np.minimum(start + np.minimum(np.arange(width), len(tokens) - 1), length - 1)
             wanted += [slot * width + r for r in rows]
-        inputs = {k: (v if v.shape[0] == slots else v[:slots]) for k, v in feeds.items()}
-        inputs["tokens"], inputs["positions"] = token_rows, positions
-        inputs["logit_rows"] = np.asarray(wanted, np.int64)
-        inputs["mask"] = np.where(np.arange(length)[None, None, :] <= positions[:, :, None], 0.0,
-                                  -np.inf).astype(np.float32)
-        logits, *new = session.run(self._outputs, inputs)
+        mask = np.where(np.arange(length)[None, None, :] <= positions[:, :, None], 0.0, -np.inf).astype(np.float32)
+        logits = self._run_in_place(session, feeds, slots, {"tokens": token_rows, "positions": positions,
+                                                             "logit_rows": np.asarray(wanted, np.int64), "mask": mask})
         first_row, begin = {}, 0
         for slot in sorted(by_slot):
             first_row[slot] = begin
             begin += len(by_slot[slot][2])
-        out = []
-        for state, tokens, rows in calls:
-            start, n, slot = state.current_step, len(tokens), state.slot
-            for i in range(self.shape.layers):
-                feeds[f"past_k_{i}"][slot, :, start:start + n] = new[2 * i][slot, :, :n]
-                feeds[f"past_v_{i}"][slot, :, :, start:start + n] = new[2 * i + 1][slot, :, :, :n]
-            out.append(logits[first_row[slot]:first_row[slot] + len(rows)])
-        return out
+        return [logits[first_row[state.slot]:first_row[state.slot] + len(rows)] for state, _, rows in calls]
+
+    def _run_in_place(self, session, feeds: dict[str, np.ndarray], slots: int, call: dict[str, np.ndarray]) -> np.ndarray:
+        """Run the step graph on the block's first ``slots`` slots with each cache bound as both
+        its input and its output (``cache_k_i``/``cache_v_i``): the graph's scatter writes the
+        call's keys and values into ``feeds`` in place (the same values it attends over); the
+        logits come back."""
+        ort = _ort()
+        binding = session.io_binding()
+        binding.bind_output("logits")  # the first output
+        for name, value in feeds.items():
+            value = value if value.shape[0] == slots else value[:slots]  # a leading slice: the same memory
+            shared = ort.OrtValue.ortvalue_from_numpy(value)  # the array's memory, not a copy
+            binding.bind_ortvalue_input(name, shared)
+            if name.startswith("past_"):
+                binding.bind_ortvalue_output(name.replace("past_", "cache_"), shared)
+        for name, value in call.items():
+            binding.bind_cpu_input(name, value)
+        session.run_with_iobinding(binding)
+        return binding.get_outputs()[0].numpy()
 
 
 class _Widened:

@@ -34,7 +34,7 @@ import numpy as np
 from .errors import ModelError
 from .onnx_build import GraphBuilder, float_weight, int8_linear, read_weights, serialize
 
-GRAPH_VERSION = 7  # part of the self-test's cache key: a changed graph is a changed numerics (6: caches grow; 7: window graph)
+GRAPH_VERSION = 8  # part of the self-test's cache key: a changed graph is a changed numerics (6: caches grow; 7: window graph; 8: caches written in place)
 
 
 @dataclass(frozen=True)
@@ -223,9 +223,12 @@ def _step_graph(w: dict, s: DecoderShape, dh: int, precision: str, paired: bool)
     largest matmul of a row), per layer each sequence's cache keys ``past_k_i`` [B, H, P, dh] and
     transposed values ``past_v_i`` [B, H, dh, P] (positions not yet decoded hold anything: they are
     masked), and its cross-attention ``cross_k_i`` [B, H, T, dh] and ``cross_v_i`` [B, H, dh, T].
-    Outputs: ``logits`` [N, vocab] and the call's keys ``new_k_i`` [B, H, R, dh] and values
-    ``new_v_i`` [B, H, dh, R], which the caller writes into its caches. Every per-row operation
-    (embedding, linears, layer norms, activations) sees the B*R rows as one matrix of rows."""
+    Outputs: ``logits`` [N, vocab] and the caches with the call's keys and values written at its
+    positions, ``cache_k_i`` and ``cache_v_i`` (the inputs' shapes). The caller binds each to its
+    input's memory: ONNX Runtime's ScatterElements then writes the rows in place instead of
+    copying the whole cache first (a copy a layer and a step, 10 % of a 1-row step at 256
+    positions). Every per-row operation (embedding, linears, layer norms, activations) sees the
+    B*R rows as one matrix of rows."""
     b = GraphBuilder(w, precision)
     tp, helper = b.tp, b.helper
     x = _embedded(b, w, "tokens", "positions")
@@ -252,13 +255,11 @@ def _step_graph(w: dict, s: DecoderShape, dh: int, precision: str, paired: bool)
         qkv = b.linear(h, f"{p}/self_attention/linear_0", out_scale=np.concatenate(
             [np.full(s.d_model, dh ** -0.5), np.ones(2 * s.d_model)]).astype(np.float32))
         q, k, v = b.op("Split", [qkv, b.const(np.array([s.d_model] * 3, np.int64))], n_out=3, axis=-1)
-        b.nodes.append(helper.make_node("Transpose", [b.op("Reshape", [k, split_heads])], [f"new_k_{i}"],
-                                        perm=[0, 2, 1, 3]))
-        b.nodes.append(helper.make_node("Transpose", [b.op("Reshape", [v, split_heads])], [f"new_v_{i}"],
-                                        perm=[0, 2, 3, 1]))
-        k_all = b.op("ScatterElements", [f"past_k_{i}", k_index, f"new_k_{i}"], axis=2)
-        v_all = b.op("ScatterElements", [f"past_v_{i}", v_index, f"new_v_{i}"], axis=3)
-        att = b.attend(q, k_all, v_all, "mask", s.heads, dh)
+        new_k = b.op("Transpose", [b.op("Reshape", [k, split_heads])], perm=[0, 2, 1, 3])
+        new_v = b.op("Transpose", [b.op("Reshape", [v, split_heads])], perm=[0, 2, 3, 1])
+        b.nodes.append(helper.make_node("ScatterElements", [f"past_k_{i}", k_index, new_k], [f"cache_k_{i}"], axis=2))
+        b.nodes.append(helper.make_node("ScatterElements", [f"past_v_{i}", v_index, new_v], [f"cache_v_{i}"], axis=3))
+        att = b.attend(q, f"cache_k_{i}", f"cache_v_{i}", "mask", s.heads, dh)
         x = b.op("Add", [x, b.linear(att, f"{p}/self_attention/linear_1")])
         # cross-attention over the window's encoder output (keys and values computed once a window)
         h = b.layer_norm(x, w[f"{p}/attention/layer_norm/gamma"], w[f"{p}/attention/layer_norm/beta"])
@@ -273,8 +274,8 @@ def _step_graph(w: dict, s: DecoderShape, dh: int, precision: str, paired: bool)
                    helper.make_tensor_value_info(f"past_v_{i}", tp.FLOAT, ["B", s.heads, dh, "P"]),
                    helper.make_tensor_value_info(f"cross_k_{i}", tp.FLOAT, ["B", s.heads, "T", dh]),
                    helper.make_tensor_value_info(f"cross_v_{i}", tp.FLOAT, ["B", s.heads, dh, "T"])]
-        outputs += [helper.make_tensor_value_info(f"new_k_{i}", tp.FLOAT, ["B", s.heads, "R", dh]),
-                    helper.make_tensor_value_info(f"new_v_{i}", tp.FLOAT, ["B", s.heads, dh, "R"])]
+        outputs += [helper.make_tensor_value_info(f"cache_k_{i}", tp.FLOAT, ["B", s.heads, "P", dh]),
+                    helper.make_tensor_value_info(f"cache_v_{i}", tp.FLOAT, ["B", s.heads, dh, "P"])]
     _logits(b, w, x)
     outputs.insert(0, helper.make_tensor_value_info("logits", tp.FLOAT, ["N", s.vocab]))
     return serialize(b, helper.make_graph(b.nodes, "whisper_step", inputs, outputs, b.inits))
