@@ -34,7 +34,7 @@ import numpy as np
 from .errors import ModelError
 from .onnx_build import GraphBuilder, float_weight, int8_linear, read_weights, serialize
 
-GRAPH_VERSION = 8  # part of the self-test's cache key: a changed graph is a changed numerics (6: caches grow; 7: window graph; 8: caches written in place)
+GRAPH_VERSION = 9  # part of the self-test's cache key: a changed graph is a changed numerics (6: caches grow; 7: window graph; 8: caches written in place; 9: the pairing padding once a layer)
 
 
 @dataclass(frozen=True)
@@ -234,6 +234,7 @@ def _step_graph(w: dict, s: DecoderShape, dh: int, precision: str, paired: bool)
     x = _embedded(b, w, "tokens", "positions")
     if paired:
         b.pair_rows(x)  # every layer's linears see the call's B*R rows
+    x = b.pad_rows(x)  # the residual stream carries the pairing's padding row (see pad_rows)
     batch_rows = b.op("Shape", ["tokens"])  # [B, R]
     b_dim = b.op("Slice", [batch_rows, b.const(np.array([0], np.int64)), b.const(np.array([1], np.int64))])
     r_dim = b.op("Slice", [batch_rows, b.const(np.array([1], np.int64)), b.const(np.array([2], np.int64))])
@@ -252,20 +253,20 @@ def _step_graph(w: dict, s: DecoderShape, dh: int, precision: str, paired: bool)
         p = f"decoder/layer_{i}"
         # self-attention over the whole cache with this call's rows written at their positions
         h = b.layer_norm(x, w[f"{p}/self_attention/layer_norm/gamma"], w[f"{p}/self_attention/layer_norm/beta"])
-        qkv = b.linear(h, f"{p}/self_attention/linear_0", out_scale=np.concatenate(
-            [np.full(s.d_model, dh ** -0.5), np.ones(2 * s.d_model)]).astype(np.float32))
+        qkv = b.cut_rows(b.linear(h, f"{p}/self_attention/linear_0", out_scale=np.concatenate(
+            [np.full(s.d_model, dh ** -0.5), np.ones(2 * s.d_model)]).astype(np.float32)))
         q, k, v = b.op("Split", [qkv, b.const(np.array([s.d_model] * 3, np.int64))], n_out=3, axis=-1)
         new_k = b.op("Transpose", [b.op("Reshape", [k, split_heads])], perm=[0, 2, 1, 3])
         new_v = b.op("Transpose", [b.op("Reshape", [v, split_heads])], perm=[0, 2, 3, 1])
         b.nodes.append(helper.make_node("ScatterElements", [f"past_k_{i}", k_index, new_k], [f"cache_k_{i}"], axis=2))
         b.nodes.append(helper.make_node("ScatterElements", [f"past_v_{i}", v_index, new_v], [f"cache_v_{i}"], axis=3))
         att = b.attend(q, f"cache_k_{i}", f"cache_v_{i}", "mask", s.heads, dh)
-        x = b.op("Add", [x, b.linear(att, f"{p}/self_attention/linear_1")])
+        x = b.op("Add", [x, b.linear(b.pad_rows(att), f"{p}/self_attention/linear_1")])
         # cross-attention over the window's encoder output (keys and values computed once a window)
         h = b.layer_norm(x, w[f"{p}/attention/layer_norm/gamma"], w[f"{p}/attention/layer_norm/beta"])
-        q = b.linear(h, f"{p}/attention/linear_0", out_scale=np.full(s.d_model, dh ** -0.5, np.float32))
+        q = b.cut_rows(b.linear(h, f"{p}/attention/linear_0", out_scale=np.full(s.d_model, dh ** -0.5, np.float32)))
         att = b.attend(q, f"cross_k_{i}", f"cross_v_{i}", None, s.heads, dh)
-        x = b.op("Add", [x, b.linear(att, f"{p}/attention/linear_2")])
+        x = b.op("Add", [x, b.linear(b.pad_rows(att), f"{p}/attention/linear_2")])
         # feed-forward
         h = b.layer_norm(x, w[f"{p}/ffn/layer_norm/gamma"], w[f"{p}/ffn/layer_norm/beta"])
         h = b.op("Gelu", [b.linear(h, f"{p}/ffn/linear_0")], domain="com.microsoft")
@@ -276,6 +277,8 @@ def _step_graph(w: dict, s: DecoderShape, dh: int, precision: str, paired: bool)
                    helper.make_tensor_value_info(f"cross_v_{i}", tp.FLOAT, ["B", s.heads, dh, "T"])]
         outputs += [helper.make_tensor_value_info(f"cache_k_{i}", tp.FLOAT, ["B", s.heads, "P", dh]),
                     helper.make_tensor_value_info(f"cache_v_{i}", tp.FLOAT, ["B", s.heads, dh, "P"])]
+    x = b.cut_rows(x)
+    b.padded = False  # the picked rows are paired on their own (``_logits``)
     _logits(b, w, x)
     outputs.insert(0, helper.make_tensor_value_info("logits", tp.FLOAT, ["N", s.vocab]))
     return serialize(b, helper.make_graph(b.nodes, "whisper_step", inputs, outputs, b.inits))

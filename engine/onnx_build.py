@@ -49,6 +49,9 @@ class GraphBuilder:
         # Set by a graph whose int8 linears run as row pairs (``pair_rows``): (pads, rows) of the
         # rows the next linears see; None: the per-row MatMulInteger chain (``qlinear``).
         self.paired: tuple[str, str] | None = None
+        # Set by ``pad_rows``: the tensors the int8 linears see carry the pairing's padding row
+        # already, and their outputs keep it (one pad and one cut where rows must be the call's own).
+        self.padded = False
 
     def name(self, hint: str) -> str:
         self._n += 1
@@ -116,6 +119,25 @@ class GraphBuilder:
         pads = self.op("Concat", [zeros, odd, self.const(np.array([0], np.int64))], axis=0)
         self.paired = (pads, rows)
 
+    def pad_rows(self, x: str) -> str:
+        """``x`` (the rows ``pair_rows`` was given) with the pairing's padding row, for the int8
+        linears of a stretch of per-row operations (layer norms, activations, residual sums: each
+        row on its own, the padding row's values never reach a real row); ``cut_rows`` gives the
+        call's own rows back where rows meet (attention, the logits). Four such nodes a layer
+        instead of a pad and a cut around each of its six linears. Identity where the linears are
+        not paired."""
+        if self.paired is None or self.precision != "int8":
+            return x
+        self.padded = True
+        return self.op("Pad", [x, self.paired[0]])
+
+    def cut_rows(self, x: str) -> str:
+        """The call's own rows of a padded ``x`` (see ``pad_rows``)."""
+        if not self.padded:
+            return x
+        return self.op("Slice", [x, self.const(np.array([0], np.int64)), self.paired[1],
+                                 self.const(np.array([0], np.int64))])
+
     def paired_qlinear(self, x: str, weight: np.ndarray, scale: np.ndarray, bias: np.ndarray | None) -> str:
         """x [R, K] float -> x @ (weight / scale)^T + bias in one ONNX Runtime ``MatMulNBits`` node
         (8-bit weights with CTranslate2's per-row scales repeated over blocks of up to 256, where
@@ -133,11 +155,14 @@ class GraphBuilder:
         pads, rows = self.paired
         blocks = (weight.astype(np.int16) + 128).astype(np.uint8).reshape(n, k // block, block)  # zero point 128
         row_scales = np.repeat((1.0 / scale.astype(np.float64)).astype(np.float32), k // block)
-        inputs = [self.op("Pad", [x, pads]), self.const(blocks, "wq"), self.const(row_scales, "ws")]
+        inputs = [x if self.padded else self.op("Pad", [x, pads]), self.const(blocks, "wq"),
+                  self.const(row_scales, "ws")]
         if bias is not None:
             inputs += ["", "", self.const(bias.astype(np.float32), "b")]
         y = self.op("MatMulNBits", inputs, domain="com.microsoft", K=k, N=n, bits=8, block_size=block,
                     accuracy_level=4)
+        if self.padded:
+            return y
         return self.op("Slice", [y, self.const(np.array([0], np.int64)), rows, self.const(np.array([0], np.int64))])
 
     def layer_norm(self, x: str, gamma: np.ndarray, beta: np.ndarray) -> str:
