@@ -34,7 +34,7 @@ import numpy as np
 from .errors import ModelError
 from .onnx_build import GraphBuilder, float_weight, int8_linear, read_weights, serialize
 
-GRAPH_VERSION = 9  # part of the self-test's cache key: a changed graph is a changed numerics (6: caches grow; 7: window graph; 8: caches written in place; 9: the pairing padding once a layer)
+GRAPH_VERSION = 9  # part of the self-test's cache key: a changed graph is a changed numerics (6: caches grow; 7: window graph; 8: caches written in place; 9: the pairing padding once a layer, rows quantized once)
 
 
 @dataclass(frozen=True)
