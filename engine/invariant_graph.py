@@ -244,6 +244,8 @@ def _step_graph(w: dict, s: DecoderShape, dh: int, precision: str, paired: bool)
     v_index = b.op("Expand", [b.op("Unsqueeze", ["positions", b.const(np.array([1, 2], np.int64))]),
                               b.op("Concat", [b_dim, heads, d_head, r_dim], axis=0)])  # [B, H, dh, R]
     split_heads = b.op("Concat", [b_dim, r_dim, heads, d_head], axis=0)  # [B, R, H, dh]
+    rows_shape = b.op("Concat", [b_dim, b.const(np.array([-1, s.heads, dh, 1], np.int64))], axis=0)
+    mask = b.op("Unsqueeze", ["mask", b.const(np.array([2], np.int64))])  # [B, R, 1, P]
     inputs = [helper.make_tensor_value_info("tokens", tp.INT64, ["B", "R"]),
               helper.make_tensor_value_info("positions", tp.INT64, ["B", "R"]),
               helper.make_tensor_value_info("mask", tp.FLOAT, ["B", "R", "P"]),
@@ -260,12 +262,12 @@ def _step_graph(w: dict, s: DecoderShape, dh: int, precision: str, paired: bool)
         new_v = b.op("Transpose", [b.op("Reshape", [v, split_heads])], perm=[0, 2, 3, 1])
         b.nodes.append(helper.make_node("ScatterElements", [f"past_k_{i}", k_index, new_k], [f"cache_k_{i}"], axis=2))
         b.nodes.append(helper.make_node("ScatterElements", [f"past_v_{i}", v_index, new_v], [f"cache_v_{i}"], axis=3))
-        att = b.attend(q, f"cache_k_{i}", f"cache_v_{i}", "mask", s.heads, dh)
+        att = b.attend(q, f"cache_k_{i}", f"cache_v_{i}", mask, rows_shape, s.d_model)
         x = b.op("Add", [x, b.linear(b.pad_rows(att), f"{p}/self_attention/linear_1")])
         # cross-attention over the window's encoder output (keys and values computed once a window)
         h = b.layer_norm(x, w[f"{p}/attention/layer_norm/gamma"], w[f"{p}/attention/layer_norm/beta"])
         q = b.cut_rows(b.linear(h, f"{p}/attention/linear_0", out_scale=np.full(s.d_model, dh ** -0.5, np.float32)))
-        att = b.attend(q, f"cross_k_{i}", f"cross_v_{i}", None, s.heads, dh)
+        att = b.attend(q, f"cross_k_{i}", f"cross_v_{i}", None, rows_shape, s.d_model)
         x = b.op("Add", [x, b.linear(b.pad_rows(att), f"{p}/attention/linear_2")])
         # feed-forward
         h = b.layer_norm(x, w[f"{p}/ffn/layer_norm/gamma"], w[f"{p}/ffn/layer_norm/beta"])

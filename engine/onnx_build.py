@@ -178,27 +178,24 @@ class GraphBuilder:
         return self.op("LayerNormalization", [x, self.const(gamma.astype(np.float32), "g"),
                                                self.const(beta.astype(np.float32), "be")], axis=-1, epsilon=1e-5)
 
-    def attend(self, q: str, keys: str, values_t: str, mask: str | None, n_heads: int, d_head: int) -> str:
+    def attend(self, q: str, keys: str, values_t: str, mask: str | None, rows_shape: str, d_model: int) -> str:
         """q [B*R, d] (scaled by dh^-0.5), per sequence keys [B, H, T, dh] and transposed values
-        [B, H, dh, T], mask [B, R, T] or None -> [B*R, d].
+        [B, H, dh, T], mask [B, R, 1, T] or None -> [B*R, d]. ``rows_shape``: [B, -1, H, dh, 1],
+        the call's, made once per graph (as the mask's extra axis), not once per attention.
 
         Every row is its own batch entry of matrix-vector products (its sequence's keys [T, dh]
         times the row's [dh, 1], the keys broadcast over the sequence's rows, never copied): a
         batched MatMul with the rows as one matrix gave rows that differ with R (1e-5), and one row
         as the left matrix made MLAS pack the keys again for every row. So a row's products are
         the same GEMMs whatever the number of rows and sequences in the call."""
-        shape = self.op("Concat", [self.op("Slice", [self.op("Shape", [keys]), self.const(np.array([0], np.int64)),
-                                                      self.const(np.array([1], np.int64))]),
-                                   self.const(np.array([-1, n_heads, d_head, 1], np.int64))], axis=0)
-        q = self.op("Reshape", [q, shape])  # [B, R, H, dh, 1], scaled already
+        q = self.op("Reshape", [q, rows_shape])  # [B, R, H, dh, 1], scaled already
         axis1, axis4 = self.const(np.array([1], np.int64)), self.const(np.array([4], np.int64))
         scores = self.op("Squeeze", [self.op("MatMul", [self.op("Unsqueeze", [keys, axis1]), q]), axis4])  # [B,R,H,T]
         if mask is not None:
-            scores = self.op("Add", [scores, self.op("Unsqueeze", [mask, self.const(np.array([2], np.int64))])])
+            scores = self.op("Add", [scores, mask])
         probs = self.op("Unsqueeze", [self.op("Softmax", [scores], axis=-1), axis4])  # [B, R, H, T, 1]
         out = self.op("MatMul", [self.op("Unsqueeze", [values_t, axis1]), probs])  # [B, R, H, dh, 1]
-        return self.op("Reshape", [out, self.const(np.array([-1, n_heads * d_head], np.int64))])
-
+        return self.op("Reshape", [out, self.const(np.array([-1, d_model], np.int64))])
 
     def attend_all(self, q: str, keys: str, values: str, mask: str | None, d_model: int,
                    transposed_values: bool) -> str:
