@@ -118,6 +118,31 @@ def test_rows_do_not_depend_on_the_caches_length(base_engine, shared_data):
         assert np.array_equal(_logits_by_pattern(decoder, enc, prompt, tokens, chunks), reference), chunks
 
 
+def test_calls_write_their_keys_into_the_windows_caches_in_place(base_engine, shared_data):
+    """A step's keys and values land in the window's own cache arrays (each bound as the graph's
+    input and its output: no copy of the caches a call), where the next call reads them; caches
+    grown past their length are bound anew and the binding of the old arrays is dropped."""
+    from specwhisper.invariant_decoder import InvariantDecoder, cache_length
+    from specwhisper.model_store import resolve_model
+
+    decoder = InvariantDecoder(resolve_model("base", prefer_int8=True), threads=1)
+    enc, _ = encode_clip(base_engine, str(shared_data / "real/audio/jfk.flac"))
+    prompt = base_engine.tokenizer.sot_sequence("en")
+    state, first = decoder.prefill(enc, prompt)
+    keys, values = state.feeds["past_k_0"], state.feeds["past_v_0"]
+    position = len(prompt)
+    assert not keys[0, :, position].any() and not values[0, :, :, position].any()
+    token = decoder.forward_step_greedy(state, int(np.argmax(first)))
+    assert state.feeds["past_k_0"] is keys and keys[0, :, position].any() and values[0, :, :, position].any()
+    assert len(state.feeds.bindings) == 1
+    while cache_length(state.feeds) == 64:
+        token = decoder.forward_step_greedy(state, token)
+    grown = state.feeds["past_k_0"]
+    assert grown is not keys and np.array_equal(grown[0, :, :64], keys[0])
+    assert len(state.feeds.bindings) == 1 and all(array is state.feeds[name] for name, array
+                                                  in next(iter(state.feeds.bindings.values()))[0])
+
+
 def test_self_test_keeps_full_length_caches_where_rows_change_with_the_length(tiny_model_dir, monkeypatch,
                                                                             tmp_path):
     """Where a row's bits change with the cache's length (here: grown caches filled with NaN
