@@ -45,14 +45,7 @@ from specwhisper.drafters.base import WindowContext
 from specwhisper.drafters.bigram import BigramGuesser, map_then_bigram
 from specwhisper.drafters.chain import DrafterChain
 from specwhisper.drafters.tokenmap_drafter import TokenMapDrafter
-from specwhisper.policy import (
-    SPECULATE_MARGIN,
-    NoDrafts,
-    VerifyCost,
-    choose_numerics,
-    default_policy,
-    drafts_pay_on_plain_steps,
-)
+from specwhisper.policy import VerifyCost, choose_numerics, default_policy, plain_steps_instead
 from specwhisper.stats import DecodeStats
 from specwhisper.tokenizer import WhisperTokenizer
 from specwhisper.tokenmap import load_token_map
@@ -121,8 +114,7 @@ class Replayer:
         policy = self.policy
         if self.preferred and self.numerics == "auto":  # as WhisperEngine._choose_numerics
             numerics = "batch-invariant"
-            if self.row_floor == 1 and not drafts_pay_on_plain_steps(self.policy, SPECULATE_MARGIN):
-                policy = NoDrafts(self.policy)
+            policy = plain_steps_instead(self.policy, self.row_floor) or policy
         else:
             numerics, _ = choose_numerics(self.numerics, True, self.row_floor, True, self.policy.expected_speedup())
         session = OracleSession(tokens, eot, numerics, self.row_floor, self.row_ceiling, can_go_single_row=self.gate)

@@ -233,6 +233,18 @@ def drafts_pay_on_plain_steps(policy: AdaptiveDraftLength, margin: float) -> boo
     return policy.expected_speedup() * policy.cost(1) >= margin
 
 
+def plain_steps_instead(policy, row_floor: int, draft_hint: bool = False) -> NoDrafts | None:
+    """For a batch-invariant window on the preferred invariant decoder: the ``NoDrafts`` policy
+    where drafts are not expected to beat its plain 1-row steps (a row floor of 1, no draft hint
+    such as a live stream's previous pass, an adaptive policy), else None (the window drafts).
+    The engine and the benchmarks' replay decide alike through this."""
+    if row_floor != 1 or draft_hint or not isinstance(policy, AdaptiveDraftLength) \
+            or drafts_pay_on_plain_steps(policy, SPECULATE_MARGIN):
+        return None
+    return NoDrafts(policy, f"drafts expected {policy.expected_speedup() * policy.cost(1):.2f}x its plain "
+                            f"steps < {SPECULATE_MARGIN:.2f}x: none drafted")
+
+
 def default_policy(cost: VerifyCost, row_floor: int, row_ceiling: int, strong: bool) -> AdaptiveDraftLength:
     """The engine's draft-length policy before any evidence: a domain token map (``strong``) is
     expected to pay, prompt lookup alone is not."""

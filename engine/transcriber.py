@@ -50,7 +50,7 @@ from .policy import (
     VerifyCost,
     choose_numerics,
     default_policy,
-    drafts_pay_on_plain_steps,
+    plain_steps_instead,
     realised_speedup,
 )
 from .results import Result, Segment, WindowResult
@@ -805,11 +805,8 @@ class WhisperEngine:
         auto = opts.numerics == "auto" or (opts.numerics_from_auto and opts.numerics == "batch-invariant")
         if check is not None and check.preferred and check.row_floor is not None and auto:
             numerics, reason = "batch-invariant", "the invariant decoder is faster than single-row here"
-            if chain and window_policy is policy and isinstance(policy, AdaptiveDraftLength) \
-                    and check.row_floor == 1 and not opts.draft_hint \
-                    and not drafts_pay_on_plain_steps(policy, SPECULATE_MARGIN):
-                window_policy = NoDrafts(policy, f"drafts expected {policy.expected_speedup() * policy.cost(1):.2f}x "
-                                                 f"its plain steps < {SPECULATE_MARGIN:.2f}x: none drafted")
+            if chain and window_policy is policy:
+                window_policy = plain_steps_instead(policy, check.row_floor, bool(opts.draft_hint)) or window_policy
         else:
             numerics, reason = choose_numerics(opts.numerics, opts.speculation, self.row_floor, bool(chain), expected)
         if draft is not None and numerics != "batch-invariant":
