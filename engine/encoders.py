@@ -68,15 +68,13 @@ class OnnxEncoder:
             raise ModelError("the ONNX encoder needs onnxruntime", where="--encoder onnx",
                              hint="pip install onnxruntime onnx, or use --encoder ct2") from None
         self.precision = precision
-        graph = built_graph(model_dir, precision)
-        self.path = graph if isinstance(graph, Path) else None  # None: the graph is in memory only
+        self.path, source = graph_source(model_dir, precision)
         try:
-            self._session = ort.InferenceSession(str(graph) if self.path else graph, cpu_session_options(ort, threads),
+            self._session = ort.InferenceSession(source, cpu_session_options(ort, threads),
                                                  providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own types; a damaged cached file is rebuilt next time
-            if self.path is not None:
-                self.path.unlink(missing_ok=True)
-            raise ModelError(f"ONNX Runtime cannot load the encoder graph: {exc}", where=str(self.path or model_dir),
+            raise ModelError(f"ONNX Runtime cannot load the encoder graph: {exc}",
+                             where=_drop_refused(self.path, model_dir),
                              hint="run again to rebuild it, or use --encoder ct2") from None
 
     def encode(self, features: np.ndarray):
@@ -102,19 +100,17 @@ class OpenVinoEncoder:
             raise ModelError("the OpenVINO encoder needs openvino", where="--encoder openvino",
                              hint="pip install 'specwhisper[openvino]', or use --encoder onnx or ct2") from None
         self.graph = "int8-weights" if precision == "int8" else precision
-        graph = built_graph(model_dir, self.graph)
-        self.path = graph if isinstance(graph, Path) else None  # None: the graph is in memory only
+        self.path, source = graph_source(model_dir, self.graph)
         core = ov.Core()
         bf16 = precision == "int8" and "BF16" in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
         self.inference_precision = "bf16" if bf16 else "f32"
         try:
-            compiled = core.compile_model(core.read_model(str(graph) if self.path else graph), "CPU", {
+            compiled = core.compile_model(core.read_model(source), "CPU", {
                 "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": self.inference_precision,
                 "PERFORMANCE_HINT": "LATENCY", "ENABLE_CPU_PINNING": False})
         except Exception as exc:  # OpenVINO raises RuntimeError subclasses of its own; a damaged file is rebuilt
-            if self.path is not None:
-                self.path.unlink(missing_ok=True)
-            raise ModelError(f"OpenVINO cannot compile the encoder graph: {exc}", where=str(self.path or model_dir),
+            raise ModelError(f"OpenVINO cannot compile the encoder graph: {exc}",
+                             where=_drop_refused(self.path, model_dir),
                              hint="run again to rebuild it, or use --encoder onnx or ct2") from None
         self._request = compiled.create_infer_request()
         self._lock = threading.Lock()  # one infer request: a window at a time (a draft model has its own encoder)
@@ -134,6 +130,21 @@ def graph_path(model_dir: Path, precision: str) -> Path:
     from .model_store import generated_file
 
     return generated_file(model_dir, f"encoder-{precision}-g{ENCODER_GRAPH_VERSION}.onnx")
+
+
+def graph_source(model_dir: Path, precision: str) -> tuple[Path | None, str | bytes]:
+    """``built_graph``'s graph as its file (None where it is kept in memory only) and as what a
+    runtime loads (the file's path, or the graph's bytes)."""
+    graph = built_graph(model_dir, precision)
+    return (graph, str(graph)) if isinstance(graph, Path) else (None, graph)
+
+
+def _drop_refused(path: Path | None, model_dir: Path) -> str:
+    """Delete a kept graph file that the runtime refused (a damaged one is built again on the next
+    load); where to say the error was."""
+    if path is not None:
+        path.unlink(missing_ok=True)
+    return str(path or model_dir)
 
 
 def built_graph(model_dir: Path, precision: str) -> Path | bytes:

@@ -212,7 +212,7 @@ class InvariantDecoder:
         state.current_step += len(tokens)
         return logits
 
-    def run_calls(self, feeds: dict[str, np.ndarray], slots: int, calls: list[tuple], session=None) -> list[np.ndarray]:
+    def run_calls(self, feeds: CacheBlock, slots: int, calls: list[tuple], session=None) -> list[np.ndarray]:
         """One call of the step graph on the first ``slots`` slots of a block: ``calls`` are
         (state, tokens, logit rows) of distinct slots; a slot with fewer rows than the longest
         call repeats its last row (the same token at the same position: the same key and value
@@ -245,7 +245,7 @@ class InvariantDecoder:
             begin += len(by_slot[slot][2])
         return [logits[first_row[state.slot]:first_row[state.slot] + len(rows)] for state, _, rows in calls]
 
-    def _run_in_place(self, session, feeds: dict[str, np.ndarray], slots: int, call: dict[str, np.ndarray]) -> np.ndarray:
+    def _run_in_place(self, session, feeds: CacheBlock, slots: int, call: dict[str, np.ndarray]) -> np.ndarray:
         """Run the step graph on the block's first ``slots`` slots with each cache bound as both
         its input and its output (``cache_k_i``/``cache_v_i``): the graph's scatter writes the
         call's keys and values into ``feeds`` in place (the same values it attends over); the
@@ -258,9 +258,9 @@ class InvariantDecoder:
         return binding.get_outputs()[0].numpy()
 
     @staticmethod
-    def _binding(session, feeds: dict[str, np.ndarray], slots: int):
-        """``session``'s binding of the block's arrays (kept on a ``CacheBlock`` while they stay)."""
-        kept = getattr(feeds, "bindings", {})
+    def _binding(session, feeds: CacheBlock, slots: int):
+        """``session``'s binding of the block's arrays (kept on the block while they stay)."""
+        kept = feeds.bindings
         entry = kept.get((id(session), slots))
         if entry is not None and all(feeds.get(name) is array for name, array in entry[0]):
             return entry[2]
