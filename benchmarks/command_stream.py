@@ -734,7 +734,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
 def engine_settings(engines: dict) -> dict:
     """What each engine's policy priced calls with (``benchmarks.draft_replay`` replays with it):
     an engine whose cost measurement found the machine busy runs on the default curve."""
-    from specwhisper.backend import kernel_env
+    from specwhisper.measure_cache import kernel_env
 
     return {key: {"row_floor": e.row_floor, "row_ceiling": e.row_ceiling, "kernel_env": kernel_env(),
                   "cost": {str(k): v for k, v in e.verify_cost.by_rows.items()}} for key, e in engines.items()}

@@ -6,32 +6,29 @@ model) touch CTranslate2 objects.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
-import logging
-import os
 import platform
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from .call_timing import TimingInput, call_seconds, interleaved_call_seconds, monotone_costs
 from .encoders import choose_encoder
 from .errors import ModelError
+from .measure_cache import cache_get, cache_put, kernel_env, measuring
 from .model_check import check_against_weights
 from .model_store import check_model_dir
+from .row_patterns import CEILINGS, cycled_calls, even_calls, invariant_rows, max_abs_diff, swept_rows
 from .tokenizer import WhisperTokenizer
 
 MAX_POSITIONS = 448  # Whisper decoder positions (prompt + generated)
 FULL_ENCODER_FRAMES = 1500  # encoder outputs of a full 30 s window
 _SELFTEST_LEN = 30  # tokens decoded per self-test run
-_FLOORS = (2, 3, 4)
-_CEILINGS = (17, 12, 8)  # a verify call carries at most K + 1 = 17 rows
 # Previous-text tokens before the sweeps to the last position: none, and a conditioned window's
 # (on an H200, int8_float16 rows parted after a 153- and a 333-token prompt, not after a 3-token one)
 _SWEEP_LEADS = (0, 330)
@@ -214,7 +211,7 @@ class LoadedModel:
         # window encode while one decodes and leaves a core to a draft model, and on both CPUs
         # measured here multi-row calls were cheaper on 1 thread (AMD EPYC: 2-row calls 10 vs
         # 12-13 ms, 1-row steps 8.1-8.7 ms on both), where a "5 % faster" rule flipped between runs.
-        cost_single, cost_many = (sum(t.values()) for t in _interleaved_call_seconds((single, self.model), self,
+        cost_single, cost_many = (sum(t.values()) for t in interleaved_call_seconds((single, self.model), self._timing_input(),
                                                                                     sizes=(3,)))
         chosen = 1 if cost_single <= 1.05 * cost_many else self.threads
         cache_put(key, chosen)
@@ -383,7 +380,7 @@ class LoadedModel:
                                                        speech=True)
                 exact = float32_run([1] * n)
             model.cache_step = CACHE_STEP
-            result = self._compare_invariant_rows(model, key, encoder_frames, t0, exact)
+            result = self._compareinvariant_rows(model, key, encoder_frames, t0, exact)
             if result.row_floor is None:
                 continue
             swept = self._cache_length_sweep(model, use_cache)
@@ -391,7 +388,7 @@ class LoadedModel:
                 return replace(result, cache_step=CACHE_STEP, max_abs_diff_by_rows={**result.max_abs_diff_by_rows, **swept},
                                seconds=time.perf_counter() - t0)
             model.cache_step = MAX_POSITIONS  # rows differ with the caches' length here: keep them full
-            result = self._compare_invariant_rows(model, key, encoder_frames, t0, exact)
+            result = self._compareinvariant_rows(model, key, encoder_frames, t0, exact)
             result = replace(result, max_abs_diff_by_rows={**result.max_abs_diff_by_rows, **swept})
             if result.row_floor is not None:
                 break
@@ -413,12 +410,12 @@ class LoadedModel:
         def measure() -> dict[str, float]:
             run, n = self._selftest_runner(FULL_ENCODER_FRAMES, model, speech=True, full=True)
             model.cache_step = MAX_POSITIONS
-            reference = run(_cycled(n, [17], 1))
+            reference = run(cycled_calls(n, [17], 1))
             model.cache_step = CACHE_STEP
             diffs: dict[str, float] = {}
             for label, sizes, wide in (("1- and 16-row calls", [1, 16], False),
                                        ("16- and 1-row calls, wide", [16, 1], True)):
-                d = max_abs_diff(run(_cycled(n, sizes, 1), wide=wide), reference)
+                d = max_abs_diff(run(cycled_calls(n, sizes, 1), wide=wide), reference)
                 diffs[f"caches grown by {CACHE_STEP} to position {MAX_POSITIONS - 1}, {label}"] = d
                 if d != 0.0:
                     break
@@ -427,7 +424,7 @@ class LoadedModel:
         key = f"length-sweep-v2|{self._selftest_key(kernels=False)}|{_ort_version()}|{model.graph}"
         return self._swept_once(key, use_cache, measure)
 
-    def _compare_invariant_rows(self, model, key: str, encoder_frames: int, t0: float,
+    def _compareinvariant_rows(self, model, key: str, encoder_frames: int, t0: float,
                                 exact: np.ndarray) -> SelfTestResult:
         """Bitwise equal rows in every call pattern, and 1-row logits on speech near ``exact``
         (the float32 model's on the same tokens)."""
@@ -481,8 +478,8 @@ class LoadedModel:
         return table
 
     def _measure_call_costs(self, sizes: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 17)) -> dict[int, float]:
-        best = _call_seconds(self.decoder, self, sizes)
-        return _monotone_costs(best, best[1], at_least=1.0)
+        best = call_seconds(self.decoder, self._timing_input(), sizes)
+        return monotone_costs(best, best[1], at_least=1.0)
 
     def _measure_invariant_costs(self, wide: bool, sizes: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 17)) -> dict[int, float]:
         """The invariant decoder's calls priced in the fork's 1-row steps (what single-row windows
@@ -491,9 +488,9 @@ class LoadedModel:
         ``wide``: timed on its wide session, where most of its calls run (windows that nothing
         else runs beside: single-window audio, timestamped long-form without a draft model)."""
         invariant = self.invariant_decoder()
-        ct2, inv = _interleaved_call_seconds((self.decoder, invariant.widened() if wide else invariant), self,
+        ct2, inv = interleaved_call_seconds((self.decoder, invariant.widened() if wide else invariant), self._timing_input(),
                                              sizes=sizes, rounds=3, unit_only=(True, False))
-        return _monotone_costs(inv, ct2[1])
+        return monotone_costs(inv, ct2[1])
 
     def _speech_window(self, encoder_frames: int):
         """The encoder output of the bundled sample's first seconds (``encoder_frames`` outputs) and a
@@ -515,6 +512,11 @@ class LoadedModel:
         if self.device == "cuda":
             encoder_output = encoder_output.to_device(ct2.Device.cuda)
         return encoder_output, self.tokenizer.sot_sequence("en")
+
+    def _timing_input(self) -> TimingInput:
+        """What call timings decode: a random full window, its prompt and the self-test's text."""
+        encoder_output, prompt = self._random_window(FULL_ENCODER_FRAMES)
+        return TimingInput(encoder_output, prompt, self.tokenizer.encode(_SELFTEST_TEXT), self.suppress)
 
     def _selftest_key(self, threads: bool = True, kernels: bool = True) -> str:
         """Machine, build, device, compute type, threads (unless not ``threads``), model file and
@@ -567,7 +569,7 @@ class LoadedModel:
 
     def _sweeps(self, low: int, high: int, use_cache: bool) -> dict[str, float]:
         """The fork's kernels on speech decoded to the last position after each of ``_SWEEP_LEADS``
-        previous-text tokens in calls cycling through ``low``..``high`` rows (:func:`_swept_rows`);
+        previous-text tokens in calls cycling through ``low``..``high`` rows (:func:`row_patterns.swept_rows`);
         stops at the first lead whose rows part (one is enough to fail).
 
         Run once per machine, decoder threads and row range, at the full encoder length, and shared
@@ -579,7 +581,7 @@ class LoadedModel:
             diffs: dict[str, float] = {}
             for lead in _SWEEP_LEADS:
                 run, n = self._selftest_runner(FULL_ENCODER_FRAMES, self.decoder, speech=True, full=True, lead=lead)
-                swept = _swept_rows(run, n, low, high, lead)
+                swept = swept_rows(run, n, low, high, lead, MAX_POSITIONS - 1)
                 diffs.update(swept)
                 if any(d != 0.0 for d in swept.values()):
                     break
@@ -595,8 +597,8 @@ class LoadedModel:
         parted between calls of 2 and of 12 or 17 rows after a long prompt and held in calls of
         2..3, so narrower ranges (``narrow``) are swept before speculation is given up. Each
         sweep's differences are added to ``diffs``."""
-        narrower = [c for c in _CEILINGS if floor < c < ceiling] + \
-            ([floor + 1] if floor + 1 < min(ceiling, *_CEILINGS) else [])
+        narrower = [c for c in CEILINGS if floor < c < ceiling] + \
+            ([floor + 1] if floor + 1 < min(ceiling, *CEILINGS) else [])
         for high in [ceiling] + (narrower if narrow else []):
             swept = self._sweeps(floor, high, use_cache)
             diffs.update(swept)
@@ -624,10 +626,10 @@ class LoadedModel:
         t0 = time.perf_counter()
         run, _ = self._selftest_runner(encoder_frames, self.decoder)
         seq = range(_SELFTEST_LEN)
-        floor, ceiling, diffs = _invariant_rows(run, len(seq))
+        floor, ceiling, diffs = invariant_rows(run, len(seq))
         if floor is not None:
             speech, _ = self._selftest_runner(encoder_frames, self.decoder, speech=True)
-            s_floor, s_ceiling, s_diffs = _invariant_rows(speech, len(seq), floors=(floor,))
+            s_floor, s_ceiling, s_diffs = invariant_rows(speech, len(seq), floors=(floor,))
             diffs.update({f"speech {k}": v for k, v in s_diffs.items()})
             floor, ceiling = (floor, min(ceiling, s_ceiling)) if s_floor == floor else (None, None)
         if floor is not None:  # every position a window can reach, in calls of every size
@@ -635,34 +637,11 @@ class LoadedModel:
             # buy nothing (on the Xeon every range of the fork parts) and would cost up to three
             # more sweeps, also under ``--batch-decoder ct2`` (the fresh-clone tests pin it).
             floor, ceiling = self._swept_range(floor, ceiling, diffs, use_cache, narrow=not self._invariant_builds())
-        reference = run(_even(len(seq), floor or 3))
-        single = run([1] * 4 + _even(len(seq) - 4, floor or 3))
+        reference = run(even_calls(len(seq), floor or 3))
+        single = run([1] * 4 + even_calls(len(seq) - 4, floor or 3))
         diffs["1-row"] = max_abs_diff(single[:4], reference[:4])
         return SelfTestResult(row_floor=floor, row_ceiling=ceiling, single_row_matches=diffs["1-row"] == 0.0,
                               max_abs_diff_by_rows=diffs, seconds=time.perf_counter() - t0, key=key)
-
-
-# Environment settings that can change which CPU/GPU kernels CTranslate2 runs (``*_VERBOSE`` only log).
-_KERNEL_ENV_PREFIXES = ("CT2_", "MKL_", "ONEDNN_", "DNNL_")
-
-
-def kernel_env_from(environ: Mapping[str, str]) -> str:
-    """The kernel-relevant settings of ``environ`` as one stable string ("-" when none)."""
-    return ",".join(f"{k}={v}" for k, v in sorted(environ.items())
-                    if k.startswith(_KERNEL_ENV_PREFIXES) and not k.endswith("_VERBOSE")) or "-"
-
-
-@functools.cache
-def kernel_env() -> str:
-    """Kernel settings of this process, read once when the engine first imports CTranslate2.
-
-    ``CT2_USE_MKL=0`` moves int8 GEMMs on Intel CPUs from MKL to oneDNN: on this project's Xeon
-    that changes the row floor from 3 to 2 and the ceiling from 17 to 12, so a cached self-test
-    or cost curve is valid only for the settings it was measured under. CTranslate2 reads them
-    once per process (at its first model load), so later changes to the environment would name
-    kernels that are not running: the snapshot is what the key uses.
-    """
-    return kernel_env_from(os.environ)
 
 
 def _ort_version() -> str:
@@ -681,226 +660,3 @@ def to_host(view) -> np.ndarray:
     if str(getattr(view, "device", "cpu")) != "cpu":
         view = view.to_device(_import_ct2().Device.cpu)
     return np.asarray(view)
-
-
-def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
-    """Largest |a - b|, where equal entries (equal infinities included: CUDA logits hold -inf)
-    count 0 and a NaN counts as infinitely far."""
-    with np.errstate(invalid="ignore"):
-        d = np.abs(a.astype(np.float64) - b.astype(np.float64))
-    d[a == b] = 0.0
-    return float(np.where(np.isnan(d), np.inf, d).max()) if d.size else 0.0
-
-
-def _call_seconds(model, lm: LoadedModel, sizes: tuple[int, ...], trials: int = 3,
-                  run_len: int = 12) -> dict[int, float]:
-    """Fastest time of a run of ``run_len`` decoder calls per row count (1 included), as the loop pays it.
-
-    Each call advances the state by one token and the rest is rolled back with
-    ``truncate_to_step`` (cache growth and truncation count), on a random encoder output of the
-    real shape. Sizes are timed in turn within each trial, so a burst of load from elsewhere hits
-    them alike; noise only adds time, so the fastest trial counts.
-    """
-    encoder_output, prompt = lm._random_window(FULL_ENCODER_FRAMES)
-    text = lm.tokenizer.encode(_SELFTEST_TEXT)
-    text = (text * (1 + (run_len + max(sizes, default=1)) // len(text)))[:run_len + max(sizes, default=1)]
-    state, _ = model.prefill(encoder_output, prompt)
-    for token in text[:4]:  # warm up and move past the prompt
-        model.forward_step_greedy(state, token, lm.suppress)
-    base = state.current_step
-
-    def run(n: int) -> float:
-        state.truncate_to_step(base)
-        t0 = time.perf_counter()
-        for i in range(run_len):
-            if n == 1:
-                model.forward_step_greedy(state, text[i], lm.suppress)
-            else:
-                model.forward_batch_greedy(state, text[i:i + n], lm.suppress)
-                state.truncate_to_step(base + i + 1)
-        return time.perf_counter() - t0
-
-    best = dict.fromkeys((1, *sizes), float("inf"))
-    for _ in range(trials):
-        for n in best:
-            best[n] = min(best[n], run(n))
-    state.truncate_to_step(base)
-    return best
-
-
-def _interleaved_call_seconds(models: tuple, lm: LoadedModel, sizes: tuple[int, ...],
-                              rounds: int = 5, unit_only: tuple[bool, ...] = ()) -> list[dict[int, float]]:
-    """``_call_seconds`` for several model instances, timed in turn over ``rounds`` rounds after a
-    warm-up, fastest per size: load from elsewhere and a cold start hit them alike. A model whose
-    ``unit_only`` entry is true is timed in 1-row steps only (a unit the others are priced in)."""
-    own = [() if i < len(unit_only) and unit_only[i] else sizes for i in range(len(models))]
-    for model, s in zip(models, own):
-        _call_seconds(model, lm, s, trials=1, run_len=4)
-    best = [dict.fromkeys((1, *s), float("inf")) for s in own]
-    for _ in range(rounds):
-        for model, s, b in zip(models, own, best):
-            for n, t in _call_seconds(model, lm, s, trials=1).items():
-                b[n] = min(b[n], t)
-    return best
-
-
-def _monotone_costs(seconds: dict[int, float], unit: float, at_least: float = 0.0) -> dict[int, float]:
-    """Call times by rows in units of ``unit`` seconds, each at least ``at_least``, a size never
-    counted dearer than a larger one (noise only adds time)."""
-    table, ceiling = {}, float("inf")
-    for n in sorted(seconds, reverse=True):
-        ceiling = min(ceiling, max(seconds[n] / unit, at_least))
-        table[n] = round(ceiling, 3)
-    return dict(sorted(table.items()))
-
-
-def _even(n: int, size: int) -> list[int]:
-    """n rows in calls of ``size`` rows (a remainder joins the last call)."""
-    chunks = [size] * (n // size)
-    if n % size:
-        if chunks:
-            chunks[-1] += n % size
-        else:
-            chunks = [n]
-    return chunks
-
-
-def _swept_rows(run, n: int, low: int, high: int, lead: int) -> dict[str, float]:
-    """Every position of ``run``'s sequence decoded in calls of ``low`` rows (the oracle's calls:
-    one token and its padding rows), then cycling through ``low``..``high`` rows (ascending, then
-    descending: each size lands at many positions and offsets), compared with calls of ``high``
-    rows (the fewest calls; equal bits are transitive): the largest difference of each pattern,
-    up to the first that differs (one is enough to fail).
-
-    A row is computed over the keys of its whole call, so its bits may depend on where the call
-    ends: on an H200 (tiny.en int8_float16, 330 tokens of previous text) rows past position ~410
-    differed by 0.77 between calls of 3 and of 12 or 17 rows, while the two cycles, whose small
-    calls all fell on early positions, matched the 17-row calls. The floor-size pattern puts the
-    smallest calls at every position."""
-    reference = run(_cycled(n, [high], low))
-    diffs: dict[str, float] = {}
-    for label, sizes in (("in calls of", [low]), ("up", list(range(low, high + 1))),
-                         ("down", list(range(high, low - 1, -1)))):
-        d = max_abs_diff(run(_cycled(n, sizes, low)), reference)
-        span = f"{low} vs {high} rows" if len(sizes) == 1 else f"{low}..{high}"
-        diffs[f"after {lead} prompt tokens to position {MAX_POSITIONS - 1}, {label} {span}"] = d
-        if d != 0.0:
-            break
-    return diffs
-
-
-def _cycled(n: int, sizes: list[int], low: int) -> list[int]:
-    """n rows in calls of ``sizes`` in turn, none under ``low`` rows nor over the largest size."""
-    chunks, left = [], n
-    while left > 0:
-        c = min(left, sizes[len(chunks) % len(sizes)])
-        if 0 < left - c < low:  # the rest would be a call below the floor: leave it ``low`` rows
-            c = left - low if left - low >= low else left
-        chunks.append(c)
-        left -= c
-    return chunks
-
-
-def _invariant_rows(run, n: int, floors: tuple[int, ...] = _FLOORS) -> tuple[int | None, int | None, dict]:
-    """The smallest floor and largest ceiling such that every call of floor..ceiling rows gives
-    bitwise the same logits for a token, wherever it sits in the call.
-
-    Each candidate floor is first checked against calls one row larger (cheap, and it rules out
-    a floor whose neighbours already differ); then calls of up to 17, 12 or 8 rows are placed at
-    two different offsets and compared with the floor-sized reference.
-    """
-    diffs: dict[str, float] = {}
-    for floor in floors:
-        reference = run(_even(n, floor))
-
-        def same(chunks: list[int], reference=reference, floor=floor) -> bool:
-            d = max_abs_diff(run(chunks), reference)
-            diffs[f"{floor}:{','.join(map(str, chunks))}"] = d
-            return d == 0.0
-
-        if not same(_even(n, floor + 1)):
-            continue
-        for ceiling in _CEILINGS:
-            if ceiling <= floor + 1:
-                break
-            if same([ceiling] + _even(n - ceiling, floor)) and same([floor, ceiling] + _even(n - floor - ceiling, floor)):
-                return floor, ceiling, diffs
-        return floor, floor + 1, diffs
-    return None, None, diffs
-
-
-def _selftest_cache_path() -> Path | None:
-    if os.environ.get("SPECWHISPER_NO_SELFTEST_CACHE"):
-        return None
-    from .model_store import cache_dir
-
-    return cache_dir() / "selftest.json"
-
-
-MEASURING_NOTE = ("measuring this machine for this model and its settings (self-test, call costs, encoder and "
-                  "thread choice): about 20-40 s, once; later runs read the results")
-MEASURING_UNCACHED = ("measuring this machine for this model and its settings (self-test, call costs, encoder and "
-                      "thread choice): about 20-40 s, at every load while SPECWHISPER_NO_SELFTEST_CACHE is set")
-_measuring_said = threading.Event()
-
-
-def measuring() -> None:
-    """Say, once per process, that a measurement of this machine starts (``specwhisper`` logger,
-    INFO; the CLI shows it on a terminal): a first load is otherwise 20-40 s of silence. Called
-    where a measurement is about to run, not where a cached one is read."""
-    if not _measuring_said.is_set():
-        _measuring_said.set()
-        logging.getLogger("specwhisper").info(MEASURING_UNCACHED if _selftest_cache_path() is None else MEASURING_NOTE)
-
-
-def cache_get(key: str):
-    """A value of the self-test cache (None when absent or the cache is off)."""
-    cache = _selftest_cache_path()
-    return _read_cache(cache).get(key) if cache is not None else None
-
-
-def cache_put(key: str, value) -> None:
-    """Add one value. Read, changed and written under a lock on a file beside it: processes that
-    measure at once (a batch job's pool) would otherwise each write back what they read, and the
-    last one's write would drop what the others had measured, to be measured again next time."""
-    cache = _selftest_cache_path()
-    if cache is None:
-        return
-    with _cache_lock(cache):
-        data = _read_cache(cache)
-        data[key] = value
-        _write_cache(cache, data)
-
-
-@contextlib.contextmanager
-def _cache_lock(cache: Path):
-    import fcntl
-
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(cache.with_suffix(".lock"), "a")  # noqa: SIM115 - held for the with block
-    except OSError:  # a read-only cache: the write that follows warns
-        yield
-        return
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _read_cache(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_cache(path: Path, data: dict) -> None:
-    from .io_utils import atomic_write_text
-
-    try:
-        atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
-    except OSError as exc:  # a read-only cache must not stop transcription
-        warnings.warn(f"cannot write self-test cache {path}: {exc}", stacklevel=2)

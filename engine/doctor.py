@@ -13,7 +13,8 @@ def run_doctor(model: str | None, compute_type: str, threads: int, batch_decoder
                encoder: str = "auto") -> int:
     import ctranslate2
 
-    from .backend import kernel_env, step_api_available
+    from .backend import step_api_available
+    from .measure_cache import kernel_env
 
     print(f"specwhisper {__version__} on Python {sys.version.split()[0]}, {platform.platform()}")
     print(f"ctranslate2 {ctranslate2.__version__} at {ctranslate2.__file__}")

@@ -197,7 +197,7 @@ def choose_encoder(choice: str, *, model, model_dir: Path, device: str, compute_
     those that pass beside it once per machine, model, compute type, threads and library versions
     (cached), and runs the fastest; a backend that fails (not installed, build, check) is passed
     over with a warning saying why. A backend asked for explicitly is an error then."""
-    from .backend import cache_get, cache_put, measuring
+    from .measure_cache import cache_get, cache_put, measuring
 
     if choice not in ENCODERS:
         raise ModelError(f"unknown encoder {choice!r}", where="--encoder", hint=f"use one of {', '.join(ENCODERS)}")
@@ -254,7 +254,7 @@ def _explicit(name: str, ct2: CT2Encoder, model_dir: Path, precision: str, threa
               cache_key: str, use_cache: bool) -> tuple[Encoder, EncoderChoice]:
     """A graph backend asked for by name: built and checked against CTranslate2's encoder (the
     check cached), never replaced by another; any failure is an error saying what to do."""
-    from .backend import cache_get, cache_put, measuring
+    from .measure_cache import cache_get, cache_put, measuring
 
     label, cls = GRAPH_BACKENDS[name]
     try:

@@ -11,7 +11,6 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,16 +18,14 @@ import numpy as np
 
 from .audio import SAMPLE_RATE, AudioInput, load_audio, speech_seconds
 from .audio_ctx import choose_frames
-from .backend import MAX_POSITIONS, LoadedModel, SelfTestResult, _import_ct2
-from .decoder import decode_with_drafters, learn_from_window
-from .decoding_options import seek_clips, suppressed_ids, window_prompt
+from .backend import MAX_POSITIONS, LoadedModel, SelfTestResult
+from .decoding_options import seek_clips, window_prompt
 from .drafters.base import Drafter, WindowContext
-from .drafters.bigram import BigramGuesser, map_then_bigram
+from .drafters.bigram import BigramGuesser
 from .drafters.chain import DrafterChain
 from .errors import OptionError, SpecWhisperError
 from .fallback import (
     Attempt,
-    compression_ratio,
     ladder,
 )
 from .features import (
@@ -54,10 +51,10 @@ from .policy import (
     realised_speedup,
 )
 from .results import Result, Segment, WindowResult
-from .sampling import PositionSampler
 from .stats import DecodeStats
-from .timestamps import SECONDS_PER_TIMESTAMP, TimestampRules, split_window
+from .timestamps import split_window
 from .transcribe_options import TranscribeOptions
+from .window_decode import WindowDecoder, WindowJob
 
 if TYPE_CHECKING:
     from .listen import CommandListener
@@ -77,28 +74,6 @@ LOOP_TOKENS_PER_S = 10.0  # ... more than this per second of audio (speech runs 
 def looks_like_a_loop(n_tokens: int, duration_s: float) -> bool:
     """Whether a short-context transcript is the decoder repeating itself (see benchmarks/RESULTS_audio_ctx.md)."""
     return n_tokens > max(LOOP_TOKENS_MIN, LOOP_TOKENS_PER_S * duration_s)
-
-
-@dataclass
-class _WindowJob:
-    """A window ready to decode (see ``WhisperEngine._prepare_window``)."""
-
-    start: int
-    end_frame: int
-    numerics: str
-    reason: str
-    policy: AdaptiveDraftLength | FixedDraftLength
-    check: SelfTestResult | None
-    encoder_output: object
-    language: str | None
-    prompt: list[int]
-    forced: list[int]
-    sot_index: int
-    context: WindowContext
-    wstats: DecodeStats
-    # the policy's expected speedup when the window began (see ``realised_speedup``); None where the
-    # draft length is fixed (a draft model's window, ``draft_len``): no estimate in those units
-    predicted: float | None = None
 
 
 class _Unlearned:
@@ -268,6 +243,7 @@ class WhisperEngine:
             from .drafters.prompt_lookup import PromptLookupDrafter
 
             self.drafters.append(PromptLookupDrafter())
+        self.window_decoder = WindowDecoder(self.lm, self.tokenmap_drafter)
         self.draft_drafter = None
         self._window_tokens = 40.0  # tokens a window emits (running mean; a prior until windows are seen)
         if draft_model is not None and self.row_floor is not None:
@@ -479,16 +455,16 @@ class WhisperEngine:
         gate = LockstepGate(self.lm.batch_decoder(self._window_selftest(run.ctx_frames)), slots, run.ctx_frames // 2)
         quiet = replace(run, chain=DrafterChain([]), guesser=_Unlearned(self.tokenizer.special.eot))
 
-        def decode(job: _WindowJob) -> Attempt:
+        def decode(job: WindowJob) -> Attempt:
             view = GatedDecoder(gate)
             try:
-                return self._decode_with_fallback(quiet, job, decoder=view)
+                return self.window_decoder.decode_with_fallback(quiet, job, decoder=view)
             finally:
                 view.release()
 
         with ThreadPoolExecutor(slots, thread_name_prefix="lockstep") as pool:
             for first in range(0, len(spans), slots):
-                jobs: list[_WindowJob | WindowResult] = []
+                jobs: list[WindowJob | WindowResult] = []
                 for index in range(first, min(first + slots, len(spans))):
                     start, end = spans[index]
                     if progress:
@@ -500,7 +476,7 @@ class WhisperEngine:
                         continue
                     with self.lm.lock:
                         jobs.append(self._prepare_window(run, ahead, index, start, end, samples, lockstep=True))
-                futures = [pool.submit(decode, job) if isinstance(job, _WindowJob) else None for job in jobs]
+                futures = [pool.submit(decode, job) if isinstance(job, WindowJob) else None for job in jobs]
                 try:
                     for job, future in zip(jobs, futures):
                         if future is None:
@@ -569,11 +545,11 @@ class WhisperEngine:
             return WindowResult(start / 100, end_frame / 100, "", [], "skipped", "silence", {}, seek=start)
         with self.lm.lock:
             job = self._prepare_window(run, ahead, index, start, end_frame, samples)
-            attempt = self._decode_with_fallback(run, job)
+            attempt = self.window_decoder.decode_with_fallback(run, job)
         return self._finish_window(run, job, attempt)
 
     def _prepare_window(self, run: _Run, ahead: EncoderAhead, index: int, start: int, end_frame: int,
-                        samples: np.ndarray, lockstep: bool = False) -> _WindowJob:
+                        samples: np.ndarray, lockstep: bool = False) -> WindowJob:
         """What decoding the window needs: its numerics, encoder output, language and prompt (the
         model's lock held). ``lockstep``: decoded in a lockstep batch, which drafts nothing."""
         opts = run.opts
@@ -618,11 +594,11 @@ class WhisperEngine:
                                 initial_prompt_tokens=tuple(run.initial),
                                 audio=samples, window_index=index, speech_s=speech_seconds(samples))
         predicted = window_policy.expected_speedup()
-        return _WindowJob(start, end_frame, numerics, reason, window_policy, check, encoder_output, language,
+        return WindowJob(start, end_frame, numerics, reason, window_policy, check, encoder_output, language,
                           prompt, forced, sot_index, context, DecodeStats(),
                           predicted if math.isfinite(predicted) else None)
 
-    def _finish_window(self, run: _Run, job: _WindowJob, attempt: Attempt) -> WindowResult:
+    def _finish_window(self, run: _Run, job: WindowJob, attempt: Attempt) -> WindowResult:
         """The window's result from its chosen attempt, and what the run carries to the next window."""
         opts, wstats, start, end_frame = run.opts, job.wstats, job.start, job.end_frame
         numerics, reason = job.numerics, job.reason
@@ -715,37 +691,6 @@ class WhisperEngine:
             if not single_ending and ends[-1] > start / 100:
                 advance = round(ends[-1] * 100) - start
         return advance
-
-    def _decode_with_fallback(self, run: _Run, job: _WindowJob, decoder=None) -> Attempt:
-        """Decode at each temperature of the ladder until an attempt passes (see ``fallback``);
-        at temperatures above 0, ``best_of`` seeded samples and the most probable of them.
-        ``decoder``: the window's batch-invariant decoder, where not the model's own choice."""
-        opts, thresholds = run.opts, run.opts.thresholds
-        forced, context = job.forced, job.context
-        eot = self.tokenizer.special.eot
-        attempts: list[Attempt] = []
-        for number, temperature in enumerate(ladder(opts.temperature)):
-            candidates = []
-            for k in range(opts.best_of if temperature > 0 else 1):
-                sampler = PositionSampler(temperature, opts.seed, context.window_index,
-                                          number * opts.best_of + k) if temperature else None
-                tokens, used, scores = self._decode(job.encoder_output, job.prompt, forced, job.sot_index,
-                                                    job.numerics, run.chain, job.policy, context, job.wstats,
-                                                    job.check, run.guesser, run.opts,
-                                                    sampler=sampler, timestamps=run.timestamps,
-                                                    need_scores=thresholds.need_scores or opts.scores
-                                                    or (temperature > 0 and opts.best_of > 1),
-                                                    cpu_free=run.cpu_free, decoder=decoder)
-                text = self.tokenizer.decode([t for t in forced + tokens if t < eot]).strip()
-                n = len([t for t in forced + tokens if t != eot])  # faster-whisper counts the prefix
-                avg = None if scores is None else scores[0] / (n + 1)
-                candidates.append(Attempt(forced + tokens, temperature, compression_ratio(text), avg,
-                                          None if scores is None else scores[1], used))
-            attempt = max(candidates, key=lambda a: a.avg_logprob)  # one candidate: no key is compared
-            attempts.append(attempt)
-            if not thresholds.failed(attempt):
-                return attempt
-        return thresholds.best(attempts)
 
     @staticmethod
     def _max_new(prompt: list[int], opts: TranscribeOptions) -> int:
@@ -849,108 +794,6 @@ class WhisperEngine:
         if ctx_frames == N_FRAMES or self.selftest_result is None:
             return self.selftest_result
         return self.lm.selftest(encoder_frames=ctx_frames // 2)
-
-    def _decode(self, encoder_output, prompt: list[int], forced: list[int], sot_index: int, numerics: str,
-                chain: DrafterChain, policy: AdaptiveDraftLength | FixedDraftLength, context: WindowContext,
-                wstats: DecodeStats, check: SelfTestResult | None, guesser: BigramGuesser, opts: TranscribeOptions,
-                sampler: PositionSampler | None = None, timestamps: bool = False,
-                need_scores: bool = False, cpu_free: Callable[[], bool] | None = None,
-                decoder=None) -> tuple[list[int], str, tuple[float, float] | None]:
-        """The window's tokens after the prompt (EOT included where reached), the numerics they were
-        decoded in, and with ``need_scores`` (sum of their log-probabilities, ``<|nospeech|>``
-        probability). ``opts.numerics == "auto"``: the policy chose the numerics, so the first-token
-        gate may still turn the window single-row, unless the window runs on the invariant decoder,
-        whose prefill single-row windows do not share. ``cpu_free``: whether nothing else runs
-        on the CPU now (see ``DecoderSession``'s ``wide``)."""
-        eot = self.tokenizer.special.eot
-        max_new = context.max_new_tokens
-        suppress = suppressed_ids(self.tokenizer, self.lm.suppress, opts.suppress_tokens)
-        rules = self._rules(opts) if timestamps else None
-        generate = opts.generate_only(sampler.temperature if sampler else 0.0) or numerics == "native"
-        greedy = not generate and numerics == "single-row" and timestamps and sampler is None and not forced
-        if generate or greedy:
-            # CT2's own loop applies the same timestamp rules (tested token for token) without
-            # copying each step's logits to Python: the fastest single-row greedy, as faster-whisper's.
-            # (Without timestamps the fork's 1-row steps cost what its generate does: 12.23 vs 12.18
-            # ms a token on 12 read clips, base, Xeon; they keep the prefill timed apart.)
-            model = self.lm.decoder if self.lm.has_step_api else self.lm.model
-            if greedy:
-                chain.begin(context)
-            tokens, scores = self._generate(model, encoder_output, prompt, wstats, sampler, opts, suppress,
-                                            max_new, rules)
-            if forced and tokens[:len(forced)] == forced:  # CT2 returns the prefix with the new tokens
-                tokens = tokens[len(forced):]
-            if len(tokens) < max_new:
-                tokens.append(eot)
-            used = "beam-search" if opts.beam_size > 1 and sampler is None else \
-                ("single-row" if numerics != "native" else numerics)
-            if greedy:  # drafters replay it in the shadow, so that the policy learns what drafting would give
-                learn_from_window(chain, tokens, used, policy, wstats, guesser, eot)
-            return tokens, used, scores
-        from .verifier import DecoderSession
-
-        chain.begin(context)
-        if decoder is None or numerics != "batch-invariant":
-            decoder = self.lm.batch_decoder(check) if numerics == "batch-invariant" else self.lm.decoder
-        session = DecoderSession(self.lm, encoder_output, prompt, numerics,
-                                 row_floor=(check.row_floor if check else None) or 2,
-                                 row_ceiling=(check.row_ceiling if check else None) or 17, sampler=sampler,
-                                 rules=rules, decoder=decoder, prefix=forced, suppress=suppress,
-                                 suppress_blank=opts.suppress_blank, scores_from=sot_index if need_scores else None,
-                                 wide=cpu_free if check is not None and check.wide else None)
-        tokens = decode_with_drafters(session, chain, policy, max_new, eot, wstats,
-                                      map_then_bigram(self.tokenmap_drafter, guesser), opts.numerics == "auto")
-        used = session.numerics
-        learn_from_window(chain, tokens, used, policy, wstats, guesser, eot)
-        scores = None
-        if need_scores:
-            t0 = time.perf_counter()
-            logprobs, no_speech = session.score(tokens, sot_index)
-            # As faster-whisper reads CTranslate2's score (normalised by the length with EOT, then
-            # multiplied by the length without it), so both paths report the same avg_logprob.
-            n = len([t for t in tokens if t != eot])
-            scores = (sum(logprobs) * (n / max(1, len(logprobs))) ** opts.length_penalty, no_speech)
-            wstats.steps_s += time.perf_counter() - t0
-        return tokens, used, scores
-
-    @staticmethod
-    def _generate(model, encoder_output, prompt: list[int], wstats: DecodeStats, sampler: PositionSampler | None,
-                  opts: TranscribeOptions, suppress: list[int] | None, max_new: int,
-                  rules: TimestampRules | None) -> tuple[list[int], tuple[float, float]]:
-        """A window through CT2's ``generate``: beam search and penalties (faster-whisper's call), no
-        step API, or single-row greedy with timestamps. Returns its tokens and (sum of their
-        log-probabilities, ``<|nospeech|>`` probability), read as faster-whisper reads them."""
-        t0 = time.perf_counter()
-        sampling = {"beam_size": opts.beam_size, "patience": opts.patience}
-        if sampler is not None:  # CT2's own sampler: reproducible per process, not per position
-            # each attempt and best_of candidate its own draw (attempt 0 keeps the seed it always had)
-            _import_ct2().set_random_seed(sampler.seed + sampler.window + 100_003 * sampler.attempt)
-            sampling = {"beam_size": 1, "sampling_topk": 0, "sampling_temperature": sampler.temperature}
-        max_length = MAX_POSITIONS if opts.max_new_tokens is None else len(prompt) + opts.max_new_tokens
-        result = model.generate(encoder_output, [prompt], max_length=max_length,
-                                length_penalty=opts.length_penalty, repetition_penalty=opts.repetition_penalty,
-                                no_repeat_ngram_size=opts.no_repeat_ngram_size, return_scores=True,
-                                return_no_speech_prob=True, suppress_blank=opts.suppress_blank,
-                                suppress_tokens=[-1] if suppress is None else suppress,
-                                max_initial_timestamp_index=rules.max_initial_index if rules else 50,
-                                **sampling)[0]
-        wstats.steps_s += time.perf_counter() - t0
-        tokens = list(result.sequences_ids[0])
-        wstats.tokens += len(tokens)
-        wstats.steps += max(0, len(tokens) - 1)
-        total = result.scores[0] * len(tokens) ** opts.length_penalty if tokens else 0.0
-        return tokens, (total, float(result.no_speech_prob))
-
-    def _rules(self, opts: TranscribeOptions) -> TimestampRules:
-        index = round(opts.max_initial_timestamp / SECONDS_PER_TIMESTAMP)
-        rules = self._timestamp_rules
-        return rules if index == rules.max_initial_index else replace(rules, max_initial_index=index)
-
-    @cached_property
-    def _timestamp_rules(self) -> TimestampRules:
-        special = self.tokenizer.special
-        return TimestampRules(eot=special.eot, no_timestamps=special.no_timestamps,
-                              timestamp_begin=special.timestamp_begin, vocab_size=self.lm.vocab_size)
 
     def close(self) -> None:
         """Stop the draft model's ahead thread and wait for it (dropping the engine stops it too):

@@ -52,7 +52,7 @@ def decode(engine, encoder_output, numerics: str, drafter=None, k: int = 4, lang
     max_new = max_new or min(224, 448 - (len(prompt) - 1))
     session = DecoderSession(engine.lm, encoder_output, prompt, numerics, row_floor=engine.row_floor or 2,
                              row_ceiling=engine.row_ceiling, sampler=sampler,
-                             rules=engine._timestamp_rules if timestamps else None, prefix=prefix or (),
+                             rules=engine.window_decoder.timestamp_rules if timestamps else None, prefix=prefix or (),
                              suppress=suppress)
     drafter = drafter or NullDrafter()
     drafter.begin(WindowContext(prompt=tuple(prompt), eot=eot, max_new_tokens=max_new, audio=audio))

@@ -202,7 +202,7 @@ def test_auto_is_settled_once_for_the_job_and_every_worker_decodes_in_it(tmp_pat
 
 
 def _put_values(worker: int, start) -> None:
-    from specwhisper.backend import cache_put
+    from specwhisper.measure_cache import cache_put
 
     start.wait(60)
     for value in range(40):
@@ -212,7 +212,7 @@ def _put_values(worker: int, start) -> None:
 def test_processes_writing_the_self_test_cache_at_once_keep_every_value(tmp_path, monkeypatch):
     """A pool's processes measure and cache at once: none may drop what another wrote (without the
     lock, 4 processes writing 40 values each at once kept about a third of them)."""
-    from specwhisper.backend import cache_get
+    from specwhisper.measure_cache import cache_get
 
     monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path))
     spawn = multiprocessing.get_context("spawn")

@@ -62,7 +62,7 @@ def test_doctor_reports_step_api(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "step API" in out and "ctranslate2" in out
-    from specwhisper.backend import kernel_env
+    from specwhisper.measure_cache import kernel_env
 
     assert f"kernel settings (part of the numerics; read once per process): {kernel_env()}" in out
 
@@ -76,18 +76,18 @@ def test_a_first_load_says_once_that_it_measures_the_machine(tmp_path, monkeypat
     import sys
     import threading
 
-    from specwhisper import backend, cli
+    from specwhisper import cli, measure_cache
 
     monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path))
     monkeypatch.delenv("SPECWHISPER_NO_SELFTEST_CACHE", raising=False)
-    monkeypatch.setattr(backend, "_measuring_said", threading.Event())
-    backend.cache_put("measured", 1)
+    monkeypatch.setattr(measure_cache, "_measuring_said", threading.Event())
+    measure_cache.cache_put("measured", 1)
     with caplog.at_level(logging.INFO, logger="specwhisper"):
-        assert backend.cache_get("measured") == 1 and backend.cache_get("not measured") is None
+        assert measure_cache.cache_get("measured") == 1 and measure_cache.cache_get("not measured") is None
         assert not caplog.records  # reading says nothing
-        backend.measuring()
-        backend.measuring()
-    assert [r.getMessage() for r in caplog.records] == [backend.MEASURING_NOTE]
+        measure_cache.measuring()
+        measure_cache.measuring()
+    assert [r.getMessage() for r in caplog.records] == [measure_cache.MEASURING_NOTE]
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -98,8 +98,8 @@ def test_a_first_load_says_once_that_it_measures_the_machine(tmp_path, monkeypat
     for stderr, shown in ((io.StringIO(), False), (Terminal(), True)):
         monkeypatch.setattr(sys, "stderr", stderr)
         restore = cli._say_notes_on_a_terminal()
-        log.info(backend.MEASURING_NOTE)
-        assert (f"note: {backend.MEASURING_NOTE}" in stderr.getvalue()) == shown
+        log.info(measure_cache.MEASURING_NOTE)
+        assert (f"note: {measure_cache.MEASURING_NOTE}" in stderr.getvalue()) == shown
         if restore is not None:
             restore()
         assert (list(log.handlers), log.level, log.propagate) == before

@@ -12,7 +12,7 @@ otherwise (timestamps, condition_on_previous_text=True, the temperature ladder 0
 
 Ours runs the same call with ``encoder="ct2"`` (CTranslate2's own encoder, not the ONNX Runtime
 graph ``auto`` may pick) and ``numerics="single-row"``: a greedy window with timestamps then runs the
-fork's own ``generate`` (``WhisperEngine._decode``), CTranslate2's greedy loop and timestamp rules as
+fork's own ``generate`` (``WindowDecoder.decode``), CTranslate2's greedy loop and timestamp rules as
 faster-whisper calls them, and its avg_logprob and no_speech_prob are read from ``generate``'s
 result as faster-whisper reads them. The fork (4.7.1) and upstream 4.8.5 run the same int8 kernels
 here, so on this machine every deterministic segment is equal: tokens, text, seek, times and

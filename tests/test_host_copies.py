@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from specwhisper.backend import max_abs_diff, to_host
+from specwhisper.backend import to_host
+from specwhisper.row_patterns import max_abs_diff
 
 
 class _FakeCudaView:

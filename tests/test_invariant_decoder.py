@@ -453,7 +453,7 @@ def _scored_window(engine, enc, drafter, k: int, record: bool, previous: list[in
     prompt = lead + engine.tokenizer.sot_sequence("en", timestamps=True)
     eot = engine.tokenizer.special.eot
     session = DecoderSession(engine.lm, enc, prompt, "batch-invariant", row_floor=1, row_ceiling=engine.row_ceiling,
-                             rules=engine._timestamp_rules, scores_from=len(lead) if record else None)
+                             rules=engine.window_decoder.timestamp_rules, scores_from=len(lead) if record else None)
     drafter.begin(WindowContext(prompt=tuple(prompt), eot=eot, max_new_tokens=200))
     tokens = decode_window(session, drafter, FixedDraftLength(k), 200, eot, DecodeStats(), lambda _t: eot)
     return tokens, session.score(tokens, len(lead))

@@ -44,7 +44,7 @@ print("REPORT " + json.dumps(report))
 
 
 def test_kernel_settings_in_the_key_and_read_once(base_engine, monkeypatch):
-    from specwhisper.backend import kernel_env, kernel_env_from
+    from specwhisper.measure_cache import kernel_env, kernel_env_from
 
     assert kernel_env_from({"PATH": "/bin", "CT2_VERBOSE": "1", "MKL_VERBOSE": "1"}) == "-"  # logging only
     assert kernel_env_from({"CT2_USE_MKL": "0", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "HOME": "/"}) \

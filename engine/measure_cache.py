@@ -1,0 +1,113 @@
+"""The cache of what the engine measures on this machine (self-test, call costs, encoder and thread
+choice), and the kernel settings its keys name: measured once, read at every later load."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import os
+import threading
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+# Environment settings that can change which CPU/GPU kernels CTranslate2 runs (``*_VERBOSE`` only log).
+_KERNEL_ENV_PREFIXES = ("CT2_", "MKL_", "ONEDNN_", "DNNL_")
+
+
+def kernel_env_from(environ: Mapping[str, str]) -> str:
+    """The kernel-relevant settings of ``environ`` as one stable string ("-" when none)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(environ.items())
+                    if k.startswith(_KERNEL_ENV_PREFIXES) and not k.endswith("_VERBOSE")) or "-"
+
+
+@functools.cache
+def kernel_env() -> str:
+    """Kernel settings of this process, read once when the engine first imports CTranslate2.
+
+    ``CT2_USE_MKL=0`` moves int8 GEMMs on Intel CPUs from MKL to oneDNN: on this project's Xeon
+    that changes the row floor from 3 to 2 and the ceiling from 17 to 12, so a cached self-test
+    or cost curve is valid only for the settings it was measured under. CTranslate2 reads them
+    once per process (at its first model load), so later changes to the environment would name
+    kernels that are not running: the snapshot is what the key uses.
+    """
+    return kernel_env_from(os.environ)
+
+
+def _selftest_cache_path() -> Path | None:
+    if os.environ.get("SPECWHISPER_NO_SELFTEST_CACHE"):
+        return None
+    from .model_store import cache_dir
+
+    return cache_dir() / "selftest.json"
+
+
+MEASURING_NOTE = ("measuring this machine for this model and its settings (self-test, call costs, encoder and "
+                  "thread choice): about 20-40 s, once; later runs read the results")
+MEASURING_UNCACHED = ("measuring this machine for this model and its settings (self-test, call costs, encoder and "
+                      "thread choice): about 20-40 s, at every load while SPECWHISPER_NO_SELFTEST_CACHE is set")
+_measuring_said = threading.Event()
+
+
+def measuring() -> None:
+    """Say, once per process, that a measurement of this machine starts (``specwhisper`` logger,
+    INFO; the CLI shows it on a terminal): a first load is otherwise 20-40 s of silence. Called
+    where a measurement is about to run, not where a cached one is read."""
+    if not _measuring_said.is_set():
+        _measuring_said.set()
+        logging.getLogger("specwhisper").info(MEASURING_UNCACHED if _selftest_cache_path() is None else MEASURING_NOTE)
+
+
+def cache_get(key: str):
+    """A value of the self-test cache (None when absent or the cache is off)."""
+    cache = _selftest_cache_path()
+    return _read_cache(cache).get(key) if cache is not None else None
+
+
+def cache_put(key: str, value) -> None:
+    """Add one value. Read, changed and written under a lock on a file beside it: processes that
+    measure at once (a batch job's pool) would otherwise each write back what they read, and the
+    last one's write would drop what the others had measured, to be measured again next time."""
+    cache = _selftest_cache_path()
+    if cache is None:
+        return
+    with _cache_lock(cache):
+        data = _read_cache(cache)
+        data[key] = value
+        _write_cache(cache, data)
+
+
+@contextlib.contextmanager
+def _cache_lock(cache: Path):
+    import fcntl
+
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(cache.with_suffix(".lock"), "a")  # noqa: SIM115 - held for the with block
+    except OSError:  # a read-only cache: the write that follows warns
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _read_cache(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_cache(path: Path, data: dict) -> None:
+    from .io_utils import atomic_write_text
+
+    try:
+        atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
+    except OSError as exc:  # a read-only cache must not stop transcription
+        warnings.warn(f"cannot write self-test cache {path}: {exc}", stacklevel=2)
