@@ -128,10 +128,10 @@ class InvariantDecoder:
         ort = _ort()
         self.graph = graph
 
-        def session(graph: Path | bytes, n_threads: int):
+        def session(graph: Path | bytes, n_threads: int, spin_in_calls: bool = False):
             source = str(graph) if isinstance(graph, Path) else graph
-            return ort.InferenceSession(source, cpu_session_options(ort, n_threads, sequential=True),
-                                        providers=["CPUExecutionProvider"])
+            options = cpu_session_options(ort, n_threads, sequential=True, spin_in_calls=spin_in_calls)
+            return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
         # Kept files that do not load (damaged) are generated again; freshly generated ones once only.
         kept = kept_graphs(model_dir, precision, graph)
@@ -139,8 +139,10 @@ class InvariantDecoder:
             window, step, self.shape = graphs or built_graphs(model_dir, precision, graph)
             try:
                 self._window = session(window, cross_threads or threads)
-                self._step = session(step, threads)
-                self._wide = self._step if (cross_threads or threads) == threads else session(step, cross_threads)
+                # A step is ~290 small operators: its pool threads spin while it runs (``ort_session``).
+                self._step = session(step, threads, spin_in_calls=True)
+                self._wide = self._step if (cross_threads or threads) == threads else \
+                    session(step, cross_threads, spin_in_calls=True)
                 break
             except Exception as exc:  # onnxruntime raises its own exception types
                 if graphs is None:

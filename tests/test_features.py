@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cpu_use import cpu_of_others
 
 from specwhisper.audio import load_audio
 from specwhisper.features import N_FRAMES, content_frames, log_mel_spectrogram, mel_filters, window_features
@@ -47,19 +48,6 @@ def test_window_is_padded_to_30_s():
     assert window_features(mel, 0).shape == (80, N_FRAMES)
 
 
-def _cpu_of_others_after(compute) -> float:
-    """CPU seconds the process spends beside ``compute`` in it and the 0.25 s after it (the
-    calling thread's own CPU left out): what BLAS worker threads burn spinning."""
-    import time
-
-    time.sleep(0.3)  # let threads woken earlier go back to sleep
-    process, own = time.process_time(), time.thread_time()
-    compute()
-    own = time.thread_time() - own
-    time.sleep(0.25)
-    return time.process_time() - process - own
-
-
 def test_features_leave_no_blas_thread_spinning_and_keep_their_bits(monkeypatch):
     """OpenBLAS spreads the filterbank product over every core and its workers then spin ~0.1 s,
     taking a core from the encoder that runs next; the product runs on the calling thread alone,
@@ -76,10 +64,10 @@ def test_features_leave_no_blas_thread_spinning_and_keep_their_bits(monkeypatch)
         pytest.skip("one core: BLAS has no worker threads to spin")
     audio = np.random.default_rng(3).standard_normal(30 * 16000).astype(np.float32) * 0.1
     ours = log_mel_spectrogram(audio)
-    idle = _cpu_of_others_after(lambda: log_mel_spectrogram(audio))
+    idle = sum(cpu_of_others(lambda: log_mel_spectrogram(audio)))
     monkeypatch.setattr(features, "single_thread_blas", contextlib.nullcontext)
     spread = log_mel_spectrogram(audio)
-    busy = max(_cpu_of_others_after(lambda: log_mel_spectrogram(audio)) for _ in range(3))  # a CI run once saw none
+    busy = max(sum(cpu_of_others(lambda: log_mel_spectrogram(audio))) for _ in range(3))  # a CI run once saw none
     assert np.array_equal(ours, spread), "one BLAS thread changed the features' bits"
     if busy < 0.03:
         pytest.skip(f"BLAS threads did not spin here even when spread ({busy * 1000:.0f} ms): nothing to compare")

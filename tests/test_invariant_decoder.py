@@ -143,6 +143,38 @@ def test_calls_write_their_keys_into_the_windows_caches_in_place(base_engine, sh
                                                   in next(iter(state.feeds.bindings.values()))[0])
 
 
+def test_wide_steps_leave_no_thread_spinning_after_them_and_keep_the_one_thread_bits(tiny_model_dir):
+    """A step is ~290 small operators: the wide (2-thread) session's pool thread spins between
+    them instead of sleeping after each (a step took 1.55x as long woken each time on a KVM Xeon;
+    a speed, measured in benchmarks/RESULTS_e2e.md) and must stop when the call returns, so that
+    nothing burns the other core after it (the encoder ahead or the next 1-thread call would lose
+    it: 44 ms of CPU in the 0.25 s after 36 steps with spinning left on). Its rows are the bits of
+    the 1-thread session's."""
+    from cpu_use import cpu_of_others
+
+    from specwhisper.invariant_decoder import InvariantDecoder
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: no pool thread to spin")
+    decoder = InvariantDecoder(tiny_model_dir, threads=1, cross_threads=2)
+    rng = np.random.default_rng(5)
+    encoder_output = rng.standard_normal((1, 1500, decoder.shape.d_model)).astype(np.float32)
+    tokens = [int(t) for t in rng.integers(300, 20000, 40)]
+    prompt = [50257, 50362]
+    logits = {}
+    for wide in (False, True):
+        state, _ = decoder.prefill(encoder_output, prompt, wide=lambda wide=wide: wide)
+        logits[wide] = [decoder.forward_step(state, t) for t in tokens[:4]]
+        rest = []
+        during, after = cpu_of_others(lambda state=state, rest=rest: rest.extend(
+            decoder.forward_step(state, t) for t in tokens[4:]))
+        logits[wide] += rest
+        if wide:
+            assert during > 0.0, "the wide steps ran on one thread"
+            assert after < 0.02, f"{after * 1000:.0f} ms of CPU beside the caller after its wide steps returned"
+    assert all(np.array_equal(a, b) for a, b in zip(logits[False], logits[True]))
+
+
 def test_self_test_keeps_full_length_caches_where_rows_change_with_the_length(tiny_model_dir, monkeypatch,
                                                                             tmp_path):
     """Where a row's bits change with the cache's length (here: grown caches filled with NaN
