@@ -249,7 +249,8 @@ class LoadedModel:
         """
         if use_cache and encoder_frames in self._selftests:
             return self._selftests[encoder_frames]
-        key = f"v9|{self._selftest_key()}|{self.batch_decoder_choice}|{_ort_version()}|{encoder_frames}"
+        # v10: whether the invariant decoder is preferred follows its prices (cost-v5)
+        key = f"v10|{self._selftest_key()}|{self.batch_decoder_choice}|{_ort_version()}|{encoder_frames}"
         if use_cache:
             try:
                 cached = SelfTestResult(**cache_get(key))
@@ -462,8 +463,9 @@ class LoadedModel:
         """
         invariant = result is not None and result.decoder == "invariant"
         wide = invariant and result.wide
-        # v4: the invariant decoder's pool threads no longer spin between calls (prices moved)
-        key = f"cost-v4|{self._selftest_key()}" + (f"|invariant|{_ort_version()}" if invariant else "") + \
+        # v4: the invariant decoder's pool threads no longer spin between calls (prices moved);
+        # v5: they spin within its wide calls (prices moved again)
+        key = f"cost-v5|{self._selftest_key()}" + (f"|invariant|{_ort_version()}" if invariant else "") + \
             ("|wide" if wide else "")
         cached = cache_get(key) if use_cache else None
         if isinstance(cached, dict) and cached:
