@@ -555,6 +555,19 @@ def _greedy_logits(decoder, enc, prompt, eot: int, n: int = 24) -> tuple[list[in
     return tokens, np.stack(logits)
 
 
+def test_lockstep_windows_predict_no_speedup(invariant_engine, shared_data):
+    """Windows decoded in a lockstep batch draft nothing, so no speedup is predicted for them (the
+    window policy's rate would be a guess about drafts that never run); what they delivered is
+    still logged."""
+    if not invariant_engine.selftest_result.wide:
+        pytest.skip("the invariant decoder's 1- and 2-thread sessions differ here: no lockstep batches")
+    result = invariant_engine.transcribe(shared_data / "longform/longform.flac", language="en", timestamps="off",
+                                         batch_size=3, numerics="batch-invariant")
+    decoded = [w for w in result.windows if w.numerics != "skipped"]
+    assert result.stats.get("lockstep") and len(decoded) >= 3
+    assert all(w.stats["predicted_speedup"] is None and w.stats["realised_speedup"] > 0 for w in decoded)
+
+
 def test_lockstep_windows_equal_alone_and_failures_hang_nothing(invariant_engine, shared_data):
     """Windows decoded together at a ``LockstepGate`` get the logits each gets alone, bit for bit,
     in fewer calls; a window whose prompt fails holds no slot; a failed call reaches every window
