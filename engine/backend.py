@@ -381,7 +381,7 @@ class LoadedModel:
                                                        speech=True)
                 exact = float32_run([1] * n)
             model.cache_step = CACHE_STEP
-            result = self._compareinvariant_rows(model, key, encoder_frames, t0, exact)
+            result = self._compare_invariant_rows(model, key, encoder_frames, t0, exact)
             if result.row_floor is None:
                 continue
             swept = self._cache_length_sweep(model, use_cache)
@@ -389,7 +389,7 @@ class LoadedModel:
                 return replace(result, cache_step=CACHE_STEP, max_abs_diff_by_rows={**result.max_abs_diff_by_rows, **swept},
                                seconds=time.perf_counter() - t0)
             model.cache_step = MAX_POSITIONS  # rows differ with the caches' length here: keep them full
-            result = self._compareinvariant_rows(model, key, encoder_frames, t0, exact)
+            result = self._compare_invariant_rows(model, key, encoder_frames, t0, exact)
             result = replace(result, max_abs_diff_by_rows={**result.max_abs_diff_by_rows, **swept})
             if result.row_floor is not None:
                 break
@@ -425,7 +425,7 @@ class LoadedModel:
         key = f"length-sweep-v2|{self._selftest_key(kernels=False)}|{_ort_version()}|{model.graph}"
         return self._swept_once(key, use_cache, measure)
 
-    def _compareinvariant_rows(self, model, key: str, encoder_frames: int, t0: float,
+    def _compare_invariant_rows(self, model, key: str, encoder_frames: int, t0: float,
                                 exact: np.ndarray) -> SelfTestResult:
         """Bitwise equal rows in every call pattern, and 1-row logits on speech near ``exact``
         (the float32 model's on the same tokens)."""

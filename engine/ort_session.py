@@ -7,7 +7,7 @@ By default they spin after a call, and a spinning thread takes a core from whate
 commands decoded 1.4x slower through it (benchmarks/RESULTS_fw_api.md). So between calls they
 sleep. Within a call it depends on the call: the invariant decoder's steps are ~290 small
 operators, and a pool thread put to sleep after each one has to be woken for the next; on a KVM
-guest (Intel Xeon, 2 vCPUs, 2026-11-27) a 1-row step took 5.6 ms so and 3.6 ms with its threads
+guest (Intel Xeon, 2 vCPUs, 2026-11-27) a 1-row step took 5.6 ms that way and 3.6 ms with its threads
 spinning while the call runs (``spin_in_calls``: ``session.force_spinning_stop`` ends the spinning
 when the call returns, so nothing runs beside a spinning thread after it). The encoder's few
 large operators gain little from it (30 s window 280 -> 276 ms) and it runs beside the decoder

@@ -593,11 +593,11 @@ class WhisperEngine:
                                 previous_tokens=tuple(run.previous + run.tail),
                                 initial_prompt_tokens=tuple(run.initial),
                                 audio=samples, window_index=index, speech_s=speech_seconds(samples))
+        predicted = window_policy.expected_speedup()
         # a lockstep window drafts nothing: the policy's rate would predict drafts that never run
-        predicted = math.nan if lockstep else window_policy.expected_speedup()
         return WindowJob(start, end_frame, numerics, reason, window_policy, check, encoder_output, language,
-                          prompt, forced, sot_index, context, DecodeStats(),
-                          predicted if math.isfinite(predicted) else None)
+                         prompt, forced, sot_index, context, DecodeStats(),
+                         None if lockstep or not math.isfinite(predicted) else predicted)
 
     def _finish_window(self, run: _Run, job: WindowJob, attempt: Attempt) -> WindowResult:
         """The window's result from its chosen attempt, and what the run carries to the next window."""
