@@ -299,6 +299,25 @@ def test_ray_equals_a_local_run_survives_a_killed_worker_and_resumes(local_ray, 
     assert [o.status for o in again.outcomes] == ["skipped"] * 10
 
 
+def test_stitched_times_stay_within_their_piece():
+    """A piece's windows can stamp times into the padding after its last sample (tiny.en looping
+    on digits ran 0.44 s past a cut in the long-form file): stitched, those times stop at the cut,
+    so the next piece's segments never start before the last one's."""
+    from specwhisper.batch.inputs import BatchItem
+    from specwhisper.batch.pieces import stitch
+
+    def piece(start, end, spans):
+        item = BatchItem(path="f.flac", name=f"f@{start}", start_s=start, end_s=end, parent="f")
+        segments = [{"start_s": a, "end_s": b, "text": f" {a}", "words": [
+            {"start": a, "end": b, "word": f" {a}", "probability": 0.5}]} for a, b in spans]
+        return item, {"tokens": [1], "text": "x", "segments": segments, "language": "en"}
+
+    done = stitch([piece(0.0, 10.0, [(0.0, 9.0), (9.0, 10.5), (10.2, 11.0)]), piece(10.0, 20.0, [(0.0, 4.0)])], "vad")
+    spans = [(seg.start_s, seg.end_s) for seg in done.segments]
+    assert spans == [(0.0, 9.0), (9.0, 10.0), (10.0, 10.0), (10.0, 14.0)]
+    assert [(w.start, w.end) for seg in done.segments for w in seg.words] == spans
+
+
 def test_a_long_file_cut_into_pieces_is_stitched_with_its_times(tmp_path, shared_data, tiny_model_dir):
     """Pieces cut inside silences, decoded by two processes, stitched: the file's tokens are its
     pieces' tokens (each the same as that stretch transcribed alone), times shifted into the file's."""

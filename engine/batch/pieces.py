@@ -89,16 +89,20 @@ class StitchedTranscript:
 
 
 def stitch(pieces: list[tuple[BatchItem, dict]], method: str) -> StitchedTranscript:
-    """Pieces' JSON transcripts (in order) as one, times shifted by each piece's start."""
+    """Pieces' JSON transcripts (in order) as one, times shifted by each piece's start and kept
+    within the piece: a window's timestamps can reach into the padding after a piece's last
+    sample (a model looping on its last words ran 0.44 s past a cut), and the next piece's times
+    start at that cut."""
     segments, tokens, texts, stats = [], [], [], {}
     for item, data in pieces:
         offset = item.start_s or 0.0
+        end = float("inf") if item.end_s is None else item.end_s
         tokens += data["tokens"]
         texts.append(data["text"].strip())
         for s in data["segments"]:
             words = None if s.get("words") is None else [
-                Word(w["start"] + offset, w["end"] + offset, w["word"], w["probability"]) for w in s["words"]]
-            segments.append(Segment(s["start_s"] + offset, s["end_s"] + offset, s["text"], [], words))
+                Word(min(w["start"] + offset, end), min(w["end"] + offset, end), w["word"], w["probability"]) for w in s["words"]]
+            segments.append(Segment(min(s["start_s"] + offset, end), min(s["end_s"] + offset, end), s["text"], [], words))
         for key, value in (data.get("stats") or {}).items():
             if isinstance(value, int) and not isinstance(value, bool):
                 stats[key] = stats.get(key, 0) + value
