@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
+import pytest
 
 from specwhisper.backend import to_host
 from specwhisper.row_patterns import max_abs_diff
@@ -60,3 +63,26 @@ def test_cuda_without_a_device_is_a_clear_error(base_model_dir, capsys):
                  str(base_model_dir / "config.json")]) == 2
     err = capsys.readouterr().err
     assert "CUDA" in err and "Traceback" not in err
+
+
+def test_a_flat_cost_curve_is_kept_on_a_gpu_and_refused_on_the_cpu(base_engine, monkeypatch):
+    """On a GPU a 17-row call costs what a 1-row call does (its calls are bound by launches, not
+    rows): that curve is the device's and is used, where on the CPU the same curve can only mean a
+    machine too busy to measure (seen as a "machine was busy" warning on a fresh H200)."""
+    from specwhisper import backend
+
+    lm = base_engine.lm
+    flat = {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.01, 17: 1.02}
+    stored = []
+    monkeypatch.setattr(lm, "_measure_call_costs", lambda: dict(flat))
+    monkeypatch.setattr(backend, "cache_put", lambda key, value: stored.append(key))
+    monkeypatch.setattr(backend, "measuring", lambda: None)
+    monkeypatch.setattr(lm, "device", "cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert lm.call_costs(use_cache=False) == flat
+    assert len(stored) == 1 and "|cuda|" in stored[0]
+    monkeypatch.setattr(lm, "device", "cpu")
+    with pytest.warns(UserWarning, match="machine was busy"):
+        assert lm.call_costs(use_cache=False) is None
+    assert len(stored) == 1
