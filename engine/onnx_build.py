@@ -71,22 +71,29 @@ class GraphBuilder:
 
     # --- building blocks -------------------------------------------------------------------
     def linear(self, x: str, prefix: str, bias: bool = True, out_scale: np.ndarray | None = None, *,
-               scale_in_product: bool = False) -> str:
+               scale_in_product: bool = False, outputs: slice | None = None) -> str:
         """The linear layer ``prefix`` of the model: int8 (``qlinear``) or float32 (MLAS's float
         GEMM, whose rows were bitwise alike for 1..17 rows). ``out_scale``: a factor per output
         column folded into the weights (the attention's 1/sqrt(dh) on queries: as a separate Mul,
         ORT fused it into FusedMatMul nodes; folded, a 1-row call's attention products took about
-        1 ms less in a profile). ``scale_in_product``: see ``qlinear`` (int8 rows not paired)."""
+        1 ms less in a profile). ``scale_in_product``: see ``qlinear`` (int8 rows not paired).
+        ``outputs``: only these output columns of a fused layer (each column's value is the same
+        as in the whole layer's product: its own weight row, its own scale). A bias of zeros is
+        not added (a cross-attention's keys have none)."""
+        cut = slice(None) if outputs is None else outputs
+        out_scale = None if out_scale is None else out_scale[cut]
         b = self.w.get(f"{prefix}/bias") if bias else None
-        b = None if b is None else b.astype(np.float32) * (1.0 if out_scale is None else out_scale)
+        if b is not None:
+            b = b[cut].astype(np.float32) * (1.0 if out_scale is None else out_scale) if b[cut].any() else None
         if self.precision == "int8":
             weight, scale, _ = int8_linear(self.w, prefix)
+            weight, scale = weight[cut], scale[cut]
             if out_scale is not None:
                 scale = scale / out_scale
             if self.paired is not None:
                 return self.paired_qlinear(x, weight, scale, b)
             return self.qlinear(x, weight, scale, b, scale_in_product=scale_in_product)
-        weight = float_weight(self.w, prefix)
+        weight = float_weight(self.w, prefix)[cut]
         if out_scale is not None:
             weight = weight * out_scale[:, None]
         y = self.op("MatMul", [x, self.const(np.ascontiguousarray(weight.T.astype(np.float32)), "w")])
