@@ -38,12 +38,10 @@ def _linear(b: GraphBuilder, x: str, prefix: str, with_bias: bool = True) -> str
     ``int8-weights``: CTranslate2's int8 weight rows cast and scaled in the graph, activations left
     in float: the pattern OpenVINO keeps as compressed weights and multiplies in its own precision
     (bfloat16 where the CPU has it; ``OpenVinoEncoder``)."""
-    if b.precision == "float32":
-        return b.linear(x, prefix, bias=with_bias)
+    if b.precision in ("int8", "float32"):
+        return b.linear(x, prefix, bias=with_bias, scale_in_product=True)
     weight, scale, bias = int8_linear(b.w, prefix)
     bias = bias if with_bias else None
-    if b.precision == "int8":
-        return b.qlinear(x, weight, scale, bias, scale_in_product=True)
     if b.precision == "int8-weights":
         rows = b.op("Mul", [b.op("Cast", [b.const(np.ascontiguousarray(weight.astype(np.int8)), "wq")], to=b.tp.FLOAT),
                             b.const((1.0 / scale.astype(np.float64)).astype(np.float32)[:, None], "ws")])
@@ -62,7 +60,7 @@ def _attention(b: GraphBuilder, h: str, prefix: str, heads: int, d_model: int) -
     ``MultiHeadAttention``, which also adds the QKV bias as it splits the heads (one pass over
     [T, 3d] fewer: about 2 % of base's 30 s window)."""
     bias = b.w.get(f"{prefix}/linear_0/bias")
-    qkv = _linear(b, h, f"{prefix}/linear_0", with_bias=bias is None)
+    qkv = _linear(b, h, f"{prefix}/linear_0", with_bias=False)
     q, k, v = b.op("Split", [qkv, b.const(np.array([d_model] * 3, np.int64))], n_out=3, axis=-1)
     batch = b.const(np.array([0], np.int64))
     inputs = [b.op("Unsqueeze", [t, batch]) for t in (q, k, v)]

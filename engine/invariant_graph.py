@@ -150,7 +150,7 @@ def _window_graph(w: dict, s: DecoderShape, dh: int, precision: str, paired: boo
     outputs = []
     for i in range(s.layers):
         p = f"decoder/layer_{i}"
-        b.paired = None  # every frame's keys and values: the MatMulInteger chain
+        b.paired = None  # every frame's keys and values: rows quantized one scale a row (``qlinear``)
         k, v = (b.linear("encoder_output", f"{p}/attention/linear_1", scale_in_product=True, outputs=part)
                 for part in (slice(0, s.d_model), slice(s.d_model, 2 * s.d_model)))  # no Split of [T, 2d]
         b.paired = prompt_rows
