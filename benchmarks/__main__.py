@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a fixed half of every set by voice: tune on one, report on the other (default: all)")
     r.add_argument("--encoder", default="auto", choices=ENCODERS, help="our engine's encoder")
     r.add_argument("--audio-ctx", default="full", help="our engine's encoder window on short clips (full, auto, N)")
+    r.add_argument("--temperature", default="0", help="our engine's temperature or fallback ladder "
+                   "(default 0: greedy only, as fw-greedy; the engine's own default is 0,0.2,...,1)")
     r.add_argument("--out", type=Path, default=Path("results"))
     r.add_argument("--threads", type=int, default=2)
     r.add_argument("--decoder-threads", type=int, default=None,
@@ -88,7 +90,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
 
     opts = RunOptions(suite=args.suite, model=args.model, systems=args.systems, repeat=args.repeat,
                       limit=parse_limits(args.limit), half=args.half, encoder=args.encoder,
-                      audio_ctx=args.audio_ctx,
+                      audio_ctx=args.audio_ctx, temperature=args.temperature,
                       out=args.out, threads=args.threads, decoder_threads=args.decoder_threads,
                       compute_type=args.compute_type, device=args.device,
                       draft=args.draft or None, spec_k=args.spec_k, data=args.data, baseline=args.baseline,

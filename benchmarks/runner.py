@@ -49,6 +49,7 @@ class RunOptions:
     half: str | None = None  # "tune" / "validate": a fixed half of every set, by voice (data.half)
     encoder: str = "auto"  # our engine's encoder backend
     audio_ctx: str = "full"  # our engine's encoder window on short clips ("auto": fitted to the clip)
+    temperature: str = "0"  # our engine's temperature or ladder (0: greedy only, as fw-greedy)
     out: Path = Path("results")
     threads: int = 2
     decoder_threads: int | None = None  # our engine's (None: measured per machine)
@@ -154,6 +155,7 @@ class Run:
                 "command": command_line(opts.argv), "started": now_iso(), "status": "running",
                 "suite": opts.suite, "systems": list(opts.systems), "repeat": opts.repeat, "limit": opts.limit,
                 "half": opts.half, "encoder": opts.encoder, "audio_ctx": opts.audio_ctx,
+                "temperature": opts.temperature,
                 "config": {"model": opts.model, "compute_type": opts.compute_type, "device": opts.device,
                            "threads": opts.threads, "draft": opts.draft, "fork_spec_k": opts.spec_k},
                 "baseline": baseline, "decoder_baseline": decoder_baseline,
@@ -188,7 +190,7 @@ class Run:
         cfg = BenchConfig(model=opts.model, device=opts.device, compute_type=opts.compute_type,
                           threads=opts.threads, decoder_threads=opts.decoder_threads, draft=opts.draft,
                           spec_k=opts.spec_k, encoder=opts.encoder,
-                          audio_ctx=opts.audio_ctx)
+                          audio_ctx=opts.audio_ctx, temperature=opts.temperature)
         pool = EnginePool(cfg)
         peer = PeerHandle(opts.threads)
         systems = build_systems(opts.systems, pool, peer)

@@ -70,6 +70,9 @@ class BenchConfig:
     spec_k: int = 4
     encoder: str = "auto"
     audio_ctx: str = "full"
+    # Our systems' temperature: 0 (greedy only) by default, as fw-greedy's, so that a window that
+    # loops costs both the same; the engine's own default is the fallback ladder.
+    temperature: str = "0"
 
 
 @dataclass
@@ -213,7 +216,7 @@ class EngineSystem:
         eng = self.engine
         assert eng is not None
         res = eng.transcribe(audio, language=clip.language, numerics=self.numerics, speculation=self.speculation,
-                             audio_ctx=self.pool.config.audio_ctx)
+                             audio_ctx=self.pool.config.audio_ctx, temperature=self.pool.config.temperature)
         eot = eng.tokenizer.special.eot
         timings = dict(res.timings)
         timings["load_s"] = getattr(eng, "load_seconds", timings.get("load_s"))

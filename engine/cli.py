@@ -19,6 +19,7 @@ from .cli_listen import add_listen_parser, run_listen
 from .cli_stream import add_stream_parser, run_stream
 from .encoders import ENCODERS
 from .errors import SpecWhisperError
+from .fallback import LADDER
 from .features import N_FRAMES
 from .file_transcriber import check_decoding_options, open_transcriber
 
@@ -93,11 +94,11 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--audio-ctx", default="full",
                    help="encoder context: full (default, lossless), auto (short audio gets a short window: faster, "
                         "may change text), or mel frames 600|1000|1500|2000")
-    p.add_argument("--temperature", default="0",
-                   help="sample at this temperature instead of greedy (default 0: greedy); speculation keeps "
-                        "the tokens of the same --seed. A list such as 0,0.2,0.4,0.6,0.8,1.0 (faster-whisper's "
-                        "default) decodes a window again at the next temperature while its text loops "
-                        "(gzip compression ratio above 2.4)")
+    p.add_argument("--temperature", default=",".join(f"{t:g}" for t in LADDER),
+                   help="a fallback ladder: a window is decoded greedily and, while its text loops (gzip "
+                        "compression ratio above 2.4), again at the next temperature (default "
+                        "0,0.2,0.4,0.6,0.8,1, faster-whisper's); 0: greedy only; one value above 0: sample at "
+                        "it. Speculation keeps the tokens of the same --seed")
     p.add_argument("--seed", type=int, default=0, help="sampling seed: same seed, same text (default 0)")
     p.add_argument("--timestamps", default="auto", choices=["auto", "on", "off"],
                    help="decode with timestamps: segments, and each window starts where the last complete "
@@ -223,7 +224,7 @@ def _dispatch(args) -> int:
                             ("draft_model", None),
                             ("prompt_lookup", True), ("learn", False), ("learn_save", None), ("stats", True),
                             ("condition_on_previous_text", False), ("initial_prompt", None),
-                            ("audio_ctx", "full"), ("temperature", "0"), ("seed", 0),
+                            ("audio_ctx", "full"), ("temperature", LADDER), ("seed", 0),
                             ("timestamps", "auto"), ("beam_size", 1), ("word_timestamps", False),
                             ("vad", False), ("vad_threshold", None), ("vad_min_silence_ms", None),
                             ("batch_size", None), ("max_line_width", None), ("max_words_per_line", None),

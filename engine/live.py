@@ -151,6 +151,9 @@ class LiveStream(ChunkConsumer):
                             "word timestamps, clips and chunk_length (a pass decodes one window of up to "
                             "30 s) are not supported live yet")
         options.setdefault("audio_ctx", "auto")
+        # Greedy passes: a pass that loops is unsure and commits nothing (the next pass, a second
+        # later, decodes the buffer again), so a ladder would only spend the step's time on samples.
+        options.setdefault("temperature", 0.0)
         opts = TranscribeOptions(language=language, task=task, **options)  # every option checked now
         if language is not None:
             engine.tokenizer.sot_sequence(language, task)  # a code this model knows

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .audio_ctx import parse_audio_ctx
 from .decoding_options import check_decoding_options
 from .errors import OptionError, SpecWhisperError
-from .fallback import COMPRESSION_RATIO_THRESHOLD, Thresholds, parse_temperatures
+from .fallback import COMPRESSION_RATIO_THRESHOLD, LADDER, Thresholds, parse_temperatures
 from .features import FRAMES_PER_SECOND, N_FRAMES
 
 NUMERICS_CHOICES = ("auto", "batch-invariant", "single-row")
@@ -34,7 +34,10 @@ class TranscribeOptions:
     condition_on_previous_text: bool = False
     initial_prompt: str | tuple[int, ...] | None = None  # text, or token ids
     audio_ctx: str | int = "full"
-    temperature: float | tuple[float, ...] = 0.0  # a tuple: fallback ladder (see ``fallback``)
+    # A tuple: a fallback ladder (see ``fallback``). By default greedy, and a window whose text loops
+    # is decoded again at the next temperature, as in Whisper and faster-whisper (a loop is a
+    # failure greedy repeats every time; windows that do not loop are untouched).
+    temperature: float | tuple[float, ...] = LADDER
     compression_ratio_threshold: float | None = COMPRESSION_RATIO_THRESHOLD
     seed: int = 0
     timestamps: str = "auto"

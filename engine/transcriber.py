@@ -91,6 +91,12 @@ class _Unlearned:
         pass
 
 
+def _attempt(window: WindowResult) -> Attempt:
+    """A decoded window as the attempt the ladder's thresholds judge."""
+    return Attempt(window.tokens, window.temperature, window.compression_ratio, window.avg_logprob,
+                   window.no_speech_prob)
+
+
 def _options_dict(opts: TranscribeOptions) -> dict:
     from dataclasses import asdict
 
@@ -113,6 +119,7 @@ class _Run:
     initial: list[int]
     guesser: BigramGuesser
     language_source: str = "given"  # see ``Result.language_source``
+    retry_ladder: tuple[float, ...] = ()  # a short window's ladder, kept for its decoding in full (``transcribe``)
     timestamps: bool = False
     language_prob: float = 1.0
     language_probs: list[tuple[str, float]] | None = None
@@ -279,25 +286,37 @@ class WhisperEngine:
                    **options) -> Result:
         """Transcribe ``audio`` (a path, bytes, a file object or 16 kHz samples) in one call (see
         ``transcription`` for the language a token map sets)."""
-        stream = self.transcription(audio, language, task, **options)
+        stream = self.transcription(audio, language, task, short_window_retry=True, **options)
         result = stream.result()
-        opts, ctx_frames = stream.run.opts, stream.run.ctx_frames
+        run = stream.run
+        opts, ctx_frames = run.opts, run.ctx_frames
+        why = None
         if ctx_frames < N_FRAMES and looks_like_a_loop(len(result.tokens), result.duration_s):
-            # A short window sometimes repeats the utterance up to the token cap: decode it again in full.
+            why = f"{ctx_frames} frames looped ({len(result.tokens)} tokens): decoded in full"
+        elif ctx_frames < N_FRAMES and run.retry_ladder and any(opts.thresholds.failed(_attempt(w))
+                                                                 for w in result.windows):
+            why = f"{ctx_frames} frames failed at temperature {opts.temperature:g}: decoded in full"
+        if why:
+            # A short window sometimes repeats the utterance up to the token cap: decode it again in
+            # full, with the temperatures the short window left out.
             retry = self.transcribe(stream.waveform, language=opts.language, task=opts.task,
-                                    **{**_options_dict(opts), "audio_ctx": "full"})
+                                    **{**_options_dict(opts), "audio_ctx": "full",
+                                       "temperature": run.retry_ladder or opts.temperature})
             retry.timings["total_s"] += result.timings["total_s"] - result.timings["audio_s"]
-            retry.audio_ctx_fallback = f"{ctx_frames} frames looped ({len(result.tokens)} tokens): decoded in full"
+            retry.audio_ctx_fallback = why
             retry.language_source = result.language_source
             return retry
         return result
 
     def transcription(self, audio: AudioInput, language: str | None = None, task: str = "transcribe",
-               **options) -> Transcription:
+                      short_window_retry: bool = False, **options) -> Transcription:
         """Start a transcription whose windows are decoded as they are iterated (the language is
         known at once: detected now where not given, on the first window, whose encoder output
         the decoding then reuses). With a token map that records a language and no ``language``
-        given, decodes in the map's language (``Result.language_source`` says where it came from)."""
+        given, decodes in the map's language (``Result.language_source`` says where it came from).
+        ``short_window_retry``: the caller decodes the audio again in full context where a short
+        window fails (``transcribe`` does), so a short window tries the ladder's first temperature
+        only: sampling a window that loops for want of context mostly loops again, to the token cap."""
         mapped = self._language_from_map(language, task, options)
         opts = TranscribeOptions(language=mapped or language, task=task, **options)
         if opts.language is not None:
@@ -310,8 +329,11 @@ class WhisperEngine:
         mel = log_mel_spectrogram(waveform, n_mels=self.lm.n_mels)
         n_content = content_frames(mel)
         ctx_frames = choose_frames(opts.audio_ctx, n_content)
+        retry_ladder: tuple[float, ...] = ()
         if ctx_frames < N_FRAMES:
             mel = short_window_features(waveform, ctx_frames, n_mels=self.lm.n_mels)
+            if short_window_retry and len(ladder(opts.temperature)) > 1:
+                retry_ladder, opts = opts.temperature, replace(opts, temperature=ladder(opts.temperature)[0])
         if isinstance(opts.initial_prompt, str):
             initial = self.tokenizer.encode(" " + opts.initial_prompt.strip())
         else:
@@ -324,7 +346,7 @@ class WhisperEngine:
         run = _Run(opts=opts, ctx_frames=ctx_frames,
                    chain=_drafter_chain(drafters, opts),
                    policy=self.policy if opts.draft_len is None else FixedDraftLength(opts.draft_len),
-                   language=opts.language, initial=initial,
+                   language=opts.language, initial=initial, retry_ladder=retry_ladder,
                    guesser=self.guesser if self.learn else BigramGuesser(self.tokenizer),
                    timestamps=opts.timestamps == "on" or (opts.timestamps == "auto" and n_content > opts.window_frames),
                    language_source="token map" if mapped else "given" if opts.language else
@@ -718,7 +740,7 @@ class WhisperEngine:
                       batch_decoder=self.selftest_result.decoder if self.selftest_result else "ct2",
                       contract=self.selftest_result.contract if self.selftest_result else "none: no self-test",
                       encoder=self.lm.encoder_choice.name,
-                      audio_ctx=run.ctx_frames, temperature=run.opts.temperature, seed=run.opts.seed,
+                      audio_ctx=run.ctx_frames, temperature=run.retry_ladder or run.opts.temperature, seed=run.opts.seed,
                       timestamps=run.timestamps, language_source=run.language_source)
 
     # ------------------------------------------------------------------------------------------

@@ -60,3 +60,40 @@ def test_fallback_breaks_a_loop_and_speculation_keeps_every_attempt(base_model_d
     assert any(w.temperature > 0 for w in plain.windows), "a window over the threshold must fall back"
     for w in plain.windows:
         assert ratio(w) <= threshold or w.temperature == LADDER[-1]
+
+
+def test_the_ladder_is_the_default_and_greedy_only_is_one_option(base_engine, shared_data):
+    """``transcribe`` and the CLI fall back by default; ``temperature=0`` is greedy only. A
+    threshold just under the window's greedy ratio makes the clip's one window fail."""
+    from specwhisper.cli import build_parser
+    from specwhisper.fallback import parse_temperatures
+    from specwhisper.transcribe_options import TranscribeOptions
+
+    assert TranscribeOptions().temperature == LADDER
+    assert parse_temperatures(build_parser().parse_args(["transcribe", "x.flac"]).temperature) == LADDER
+    path = shared_data / "domain/smarthome/test/000.flac"
+    greedy = base_engine.transcribe(path, language="en", temperature=0)
+    threshold = greedy.windows[0].compression_ratio - 0.01
+    only = base_engine.transcribe(path, language="en", temperature=0, compression_ratio_threshold=threshold)
+    assert only.tokens == greedy.tokens and only.windows[0].temperature == 0
+    default = base_engine.transcribe(path, language="en", compression_ratio_threshold=threshold, seed=1)
+    assert default.windows[0].temperature > 0 and tuple(default.to_dict()["temperature"]) == LADDER
+
+
+def test_a_short_window_that_fails_is_decoded_in_full_with_the_ladder(base_engine, shared_data):
+    """Under ``--audio-ctx auto`` a short window tries the first temperature only; where it fails,
+    the audio is decoded again in full context with the whole ladder: the same tokens as asking
+    for full context. Greedy only keeps a failing short window (it does not loop to the cap)."""
+    path = shared_data / "domain/smarthome/test/000.flac"
+    greedy = base_engine.transcribe(path, language="en", audio_ctx="auto", temperature=0)
+    assert greedy.audio_ctx < 3000 and greedy.audio_ctx_fallback is None
+    threshold = greedy.windows[0].compression_ratio - 0.01
+    kept = base_engine.transcribe(path, language="en", audio_ctx="auto", temperature=0,
+                                  compression_ratio_threshold=threshold)
+    assert kept.tokens == greedy.tokens and kept.audio_ctx_fallback is None
+    options = dict(language="en", compression_ratio_threshold=threshold, temperature=(0.0, 0.4), seed=2)
+    retried = base_engine.transcribe(path, audio_ctx="auto", **options)
+    full = base_engine.transcribe(path, audio_ctx="full", **options)
+    assert "failed at temperature 0" in retried.audio_ctx_fallback and retried.audio_ctx == 3000
+    assert retried.tokens == full.tokens
+    assert [w.temperature for w in retried.windows] == [w.temperature for w in full.windows]

@@ -1,4 +1,4 @@
-"""What a draft model costs and where it pays: ``python -m benchmarks.draft_model_probe``.
+"""What a draft model costs and where it pays: ``python -m benchmarks.studies.draft_model_probe``.
 
 On the same ~10 real/read English clips, side by side, it decodes each window three ways
 (main model alone single-row, alone batch-invariant, and batch-invariant with the draft model
@@ -187,7 +187,7 @@ def report(s: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.draft_model_probe", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.studies.draft_model_probe", description=__doc__.split("\n")[0])
     ap.add_argument("--main", default="base", help="main model (name or CT2 directory)")
     ap.add_argument("--draft", default="tiny.en", help="draft model (name or CT2 directory)")
     ap.add_argument("--clips", type=int, default=10)

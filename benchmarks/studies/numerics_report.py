@@ -1,6 +1,6 @@
 """How often single-row and batch-invariant greedy differ, where (top-1/top-2 margin), and the WER of each.
 
-    python -m benchmarks.numerics_report --compute-types int8 float32 --out results/numerics
+    python -m benchmarks.studies.numerics_report --compute-types int8 float32 --out results/numerics
 
 Both numerics are greedy; they differ only where the two best logits are nearly tied. For every
 clip of the chosen sets this decodes both ways (speculation off, same encoder output), records
@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.data import load_set, shared_data_root, subset
+from benchmarks.metrics import wer
 from specwhisper import WhisperEngine
 from specwhisper.audio import load_audio
 from specwhisper.decoder import decode_window
@@ -28,9 +30,6 @@ from specwhisper.io_utils import atomic_write_text
 from specwhisper.policy import FixedDraftLength
 from specwhisper.stats import DecodeStats
 from specwhisper.verifier import DecoderSession
-
-from .data import load_set, shared_data_root, subset
-from .metrics import wer
 
 
 def _decode(engine: WhisperEngine, encoder_output, prompt: list[int], numerics: str) -> list[int]:
@@ -75,7 +74,7 @@ def run_clip(engine: WhisperEngine, clip, language: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.numerics_report", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.studies.numerics_report", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="base")
     p.add_argument("--compute-types", nargs="+", default=["int8", "float32"])
     p.add_argument("--sets", nargs="+", default=["real", "read", "smarthome", "car", "longform"])

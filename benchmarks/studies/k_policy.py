@@ -1,6 +1,6 @@
 """Draft-length policies side by side: our cost model vs fixed K and the +2/-1 heuristic.
 
-    python -m benchmarks.k_policy --out results/k_policy
+    python -m benchmarks.studies.k_policy --out results/k_policy
 
 Same clips, same drafters, batch-invariant numerics, interleaved per clip. Besides wall-clock
 decoder time it reports the *modelled* decoder cost: every decoder call priced by the engine's
@@ -15,12 +15,11 @@ import json
 import sys
 from pathlib import Path
 
+from benchmarks.data import load_set, shared_data_root, subset
+from benchmarks.tokenmaps import tokenmap_for_set
 from specwhisper import WhisperEngine
 from specwhisper.io_utils import atomic_write_text
 from specwhisper.policy import AdaptiveDraftLength, StepHeuristicDraftLength
-
-from .data import load_set, shared_data_root, subset
-from .tokenmaps import tokenmap_for_set
 
 POLICIES = ("cost-model", "fixed-2", "fixed-4", "fixed-8", "heuristic+2/-1")
 
@@ -44,7 +43,7 @@ def modelled_cost(stats: dict, cost) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.k_policy", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.studies.k_policy", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="base")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--limit", type=int, default=12)

@@ -1,6 +1,6 @@
 """Long-form text quality by decoding mode: fixed windows vs timestamps, greedy vs fallback ladder.
 
-    python -m benchmarks.longform_quality [--model base]
+    python -m benchmarks.studies.longform_quality [--model base]
 
 Each long-form file is transcribed (single-row numerics, speculation off: text is the point here)
 without timestamps, with timestamps, and with timestamps plus the temperature fallback ladder,
@@ -13,11 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from benchmarks.data import shared_data_root
+from benchmarks.metrics import clip_errors
 from specwhisper import WhisperEngine
 from specwhisper.fallback import LADDER
-
-from .data import shared_data_root
-from .metrics import clip_errors
 
 MODES = {
     "fixed windows, greedy": dict(timestamps="off"),
@@ -27,7 +26,7 @@ MODES = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.longform_quality")
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.studies.longform_quality")
     ap.add_argument("--model", default="base")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--data", default=None)

@@ -1,6 +1,6 @@
 """What seeded sampling costs per token against greedy, in both numerics, side by side.
 
-    python -m benchmarks.sampling_cost [--clips 6] [--repeat 3] [--temperature 0.7]
+    python -m benchmarks.studies.sampling_cost [--clips 6] [--repeat 3] [--temperature 0.7]
 
 Our engine, speculation off, the first read-speech clips; every clip runs greedy and sampled in
 both numerics in turn each repeat. Reports decoder-call time per token (prefill excluded) and
@@ -13,14 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 
+from benchmarks.data import shared_data_root
 from specwhisper import WhisperEngine
 from specwhisper.audio import load_audio
 
-from .data import shared_data_root
-
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.sampling_cost")
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.studies.sampling_cost")
     ap.add_argument("--model", default="base")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--clips", type=int, default=6)
