@@ -112,7 +112,7 @@ class Replayer:
             raise ValueError("an utterance without tokens: the engine's first token is never EOT")
         guesser = self.guesser if self.learn_filler else BigramGuesser(self.tokenizer)
         policy = self.policy
-        if self.preferred and self.numerics == "auto":  # as WhisperEngine._choose_numerics
+        if self.preferred and self.numerics == "auto":  # as WindowNumerics.choose
             numerics = "batch-invariant"
             policy = plain_steps_instead(self.policy, self.row_floor) or policy
         else:

@@ -40,14 +40,11 @@ from .hallucination import cut_hallucinations
 from .model_store import resolve_model
 from .pipeline import EncoderAhead
 from .policy import (
-    SPECULATE_MARGIN,
     AdaptiveDraftLength,
     FixedDraftLength,
     NoDrafts,
     VerifyCost,
-    choose_numerics,
     default_policy,
-    plain_steps_instead,
     realised_speedup,
 )
 from .results import Result, Segment, WindowResult
@@ -55,6 +52,7 @@ from .stats import DecodeStats
 from .timestamps import split_window
 from .transcribe_options import TranscribeOptions
 from .window_decode import WindowDecoder, WindowJob
+from .window_numerics import WindowNumerics
 
 if TYPE_CHECKING:
     from .listen import CommandListener
@@ -252,9 +250,8 @@ class WhisperEngine:
             self.drafters.append(PromptLookupDrafter())
         self.window_decoder = WindowDecoder(self.lm, self.tokenmap_drafter)
         self.draft_drafter = None
-        self._window_tokens = 40.0  # tokens a window emits (running mean; a prior until windows are seen)
         if draft_model is not None and self.row_floor is not None:
-            from .drafters.draft_model import decoder_step_ms, open_draft_drafter
+            from .drafters.draft_model import open_draft_drafter
 
             if draft_ahead is None:
                 draft_ahead = device == "cpu" and self.lm.decoder is not self.lm.model
@@ -269,10 +266,9 @@ class WhisperEngine:
                 # it runs a model per proposal: asked last.
                 first = 1 if self.tokenmap_drafter is not None else 0
                 self.drafters.insert(first if draft_ahead else len(self.drafters), self.draft_drafter)
-                self._main_step_ms = decoder_step_ms(self.lm)
-                self._draft_window_cost = self._drafting_window_cost()
         elif draft_model is not None:
             warnings.warn("draft model ignored: speculation is unavailable on this machine", stacklevel=2)
+        self.window_numerics = WindowNumerics(self.lm, self.selftest_result, self.verify_cost, self.draft_drafter)
         # Acceptance is learned across calls: a device keeps getting its own user's phrasing.
         # Priors until evidence arrives: a domain token map is expected to pay, prompt lookup alone is not.
         self.policy = default_policy(self.verify_cost, self.row_floor or 2, self.row_ceiling,
@@ -455,7 +451,7 @@ class WhisperEngine:
         verifier (not CTranslate2's ``generate``) on the invariant decoder in the numerics the
         engine would choose for them anyway, its 1- and 2-thread sessions the same bits
         (``check.wide``), and at most ``row_ceiling`` rows a call (the self-test's range)."""
-        opts, check = run.opts, self._window_selftest(run.ctx_frames)
+        opts, check = run.opts, self.window_numerics.selftest_for(run.ctx_frames)
         if opts.batch_size < 2 or n_windows < 2 or opts.condition_on_previous_text or run.initial \
                 or opts.word_timestamps or any(opts.generate_only(t) for t in ladder(opts.temperature)) \
                 or check is None or check.decoder != "invariant" or check.row_floor is None or not check.wide \
@@ -474,7 +470,7 @@ class WhisperEngine:
         from .invariant_batch import GatedDecoder, LockstepGate
 
         progress = run.opts.progress
-        gate = LockstepGate(self.lm.batch_decoder(self._window_selftest(run.ctx_frames)), slots, run.ctx_frames // 2)
+        gate = LockstepGate(self.lm.batch_decoder(self.window_numerics.selftest_for(run.ctx_frames)), slots, run.ctx_frames // 2)
         quiet = replace(run, chain=DrafterChain([]), guesser=_Unlearned(self.tokenizer.special.eot))
 
         def decode(job: WindowJob) -> Attempt:
@@ -576,9 +572,9 @@ class WhisperEngine:
         model's lock held). ``lockstep``: decoded in a lockstep batch, which drafts nothing."""
         opts = run.opts
         # Chosen before encoding, so that a draft model's encoder can run beside the main one.
-        check = self._window_selftest(run.ctx_frames)
-        numerics, reason, window_policy = self._choose_numerics(opts, run.chain, run.policy,
-                                                                samples.size / SAMPLE_RATE, check)
+        check = self.window_numerics.selftest_for(run.ctx_frames)
+        numerics, reason, window_policy = self.window_numerics.choose(opts, run.chain, run.policy,
+                                                                      samples.size / SAMPLE_RATE, check)
         if lockstep:
             numerics, reason = "batch-invariant", "decoded in a lockstep batch on the invariant decoder"
         elif isinstance(window_policy, NoDrafts):
@@ -633,7 +629,7 @@ class WhisperEngine:
             return WindowResult(start / 100, end_frame / 100, "", [], "skipped",
                                 f"no speech (p={attempt.no_speech_prob:.2f})", wstats.to_dict(), seek=start,
                                 no_speech_prob=attempt.no_speech_prob, avg_logprob=attempt.avg_logprob)
-        self._window_tokens += 0.25 * (len(attempt.tokens) - self._window_tokens)  # what a window's fixed costs spread over
+        self.window_numerics.observe(len(attempt.tokens))
         run.timings["prefill_s"] += wstats.prefill_s
         run.timings["decoder_s"] += wstats.prefill_s + wstats.steps_s
         window = self._window_result(run, attempt, start, end_frame, job.encoder_output, job.language)
@@ -744,79 +740,16 @@ class WhisperEngine:
                       timestamps=run.timestamps, language_source=run.language_source)
 
     # ------------------------------------------------------------------------------------------
-    def _choose_numerics(self, opts: TranscribeOptions, chain: DrafterChain,
-                         policy: AdaptiveDraftLength | FixedDraftLength, window_s: float = 30.0,
-                         check: SelfTestResult | None = None):
-        """Numerics for the next window, why, and the draft-length policy it runs with.
-
-        Where the invariant decoder is ``preferred`` (faster than single-row), ``auto`` windows are
-        batch-invariant whatever the drafters expect: drafts are then free of any numerics cost.
-
-        ``window_s``: the window's audio, which bounds the tokens its fixed costs spread over
-        (about 4 a second at most in speech): a 1 s command cannot pay for a draft model."""
-        if not self.lm.has_step_api:
-            return "native", "no step API in this CTranslate2 build", policy
-        expected, window_policy, note = policy.expected_speedup(), policy, ""
-        draft = self.draft_drafter
-        if draft is not None:
-            draft.enabled = False
-            if chain:
-                without = self._without_draft_model(expected, check)
-                ok, k, why = draft.worth_running(self._main_step_ms, self._draft_window_cost, self.row_floor or 2,
-                                                 tokens_per_window=min(self._window_tokens, 2.0 + 4.0 * window_s),
-                                                 margin=without)
-                note = f"; {why}, {without:.2f}x without it"
-                if ok:
-                    expected = max(expected, SPECULATE_MARGIN)
-                    window_policy = policy if opts.draft_len is not None else FixedDraftLength(k)
-                    draft.enabled = True
-        auto = opts.numerics == "auto" or (opts.numerics_from_auto and opts.numerics == "batch-invariant")
-        if check is not None and check.preferred and check.row_floor is not None and auto:
-            numerics, reason = "batch-invariant", "the invariant decoder is faster than single-row here"
-            if chain and window_policy is policy:
-                window_policy = plain_steps_instead(policy, check.row_floor, bool(opts.draft_hint)) or window_policy
-        else:
-            numerics, reason = choose_numerics(opts.numerics, opts.speculation, self.row_floor, bool(chain), expected)
-        if draft is not None and numerics != "batch-invariant":
-            draft.enabled = False  # no draft encoder on windows that will not speculate
-        return numerics, reason + note, window_policy
-
     def auto_numerics(self, speculation: bool = True, draft_len: int | None = None) -> tuple[str, str]:
         """The numerics ``auto`` gives a 30 s window now, and why: what a batch job settles for all
         its inputs (``batch.decisions``), so that a file's text does not depend on what the engine
         that decoded it had learned from other files, nor on which worker that was."""
         opts = TranscribeOptions(speculation=speculation, draft_len=draft_len)
-        numerics, reason, _ = self._choose_numerics(opts, _drafter_chain(self.drafters, opts), self.policy,
-                                                    check=self.selftest_result)
+        numerics, reason, _ = self.window_numerics.choose(opts, _drafter_chain(self.drafters, opts), self.policy,
+                                                          check=self.selftest_result)
         if self.draft_drafter is not None:
             self.draft_drafter.enabled = False  # asked, not decoding: the next window decides again
         return numerics, reason
-
-    def _drafting_window_cost(self) -> VerifyCost:
-        """The prices of the calls of a window the draft model drafts. Its thread takes the core
-        that the invariant decoder's wide (2-thread) calls use when nothing runs beside them, so its
-        windows' calls run on one thread: priced as such (measured once, cached), not at the wide
-        prices that ``verify_cost`` holds (1.5x cheaper on this project's EPYC)."""
-        check = self.selftest_result
-        if check is None or not check.wide or check.decoder != "invariant":
-            return self.verify_cost
-        measured = self.lm.call_costs(result=replace(check, wide=False))
-        return VerifyCost(measured) if measured else self.verify_cost
-
-    def _without_draft_model(self, expected: float, check: SelfTestResult | None) -> float:
-        """The speedup over single-row greedy a window is expected to get without the draft model:
-        the other drafters' (``expected``, the policy's estimate), and where every window decodes on
-        the invariant decoder anyway, at least its plain 1-row calls' (``1 / c(1)``, wide prices)."""
-        alternative = expected if math.isfinite(expected) else 0.0
-        if check is not None and check.preferred:
-            alternative = max(alternative, 1.0 / self.verify_cost(1))
-        return max(SPECULATE_MARGIN, alternative)
-
-    def _window_selftest(self, ctx_frames: int) -> SelfTestResult | None:
-        """The self-test for this encoder length (it runs once per fixed size)."""
-        if ctx_frames == N_FRAMES or self.selftest_result is None:
-            return self.selftest_result
-        return self.lm.selftest(encoder_frames=ctx_frames // 2)
 
     def close(self) -> None:
         """Stop the draft model's ahead thread and wait for it (dropping the engine stops it too):

@@ -506,7 +506,7 @@ def test_a_draft_model_must_beat_the_window_without_it_and_a_refused_one_leaves_
         assert wide_asked and all(wide_asked) == bool(engine.selftest_result.wide)
         assert engine.draft_drafter.stats.proposals == 0
         # the margin it must pass: at least the plain invariant decoder's speedup over single-row
-        margin = engine._without_draft_model(engine.policy.expected_speedup(), engine.selftest_result)
+        margin = engine.window_numerics.without_draft_model(engine.policy.expected_speedup(), engine.selftest_result)
         assert margin >= max(1.0 / engine.verify_cost(1), 1.0)
         if engine.selftest_result.wide:  # a drafting window's calls are priced on one thread, not wide
             # (which is cheaper depends on the CPU: 1.5x the wide price on the AMD EPYC, less on the Xeon)
@@ -515,6 +515,6 @@ def test_a_draft_model_must_beat_the_window_without_it_and_a_refused_one_leaves_
             narrow = engine.lm.call_costs(result=replace(engine.selftest_result, wide=False))
             wide = engine.lm.call_costs(result=engine.selftest_result)
             assert narrow != wide
-            assert engine._draft_window_cost.by_rows == narrow and engine.verify_cost.by_rows == wide
+            assert engine.window_numerics.draft_window_cost.by_rows == narrow and engine.verify_cost.by_rows == wide
     finally:
         engine.close()
