@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -13,7 +15,7 @@ SAMPLE_RATE = 16000
 BUNDLED_SAMPLE = Path(__file__).parent / "samples" / "morning.flac"  # the demo and the self-checks' speech
 _SOUNDFILE_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".aiff", ".aif", ".au", ".caf", ".w64", ".rf64"}
 
-AudioInput = str | Path | bytes | bytearray | np.ndarray
+AudioInput = str | Path | bytes | bytearray | np.ndarray | BinaryIO
 
 
 def load_audio(source: AudioInput, sample_rate: int | None = None) -> np.ndarray:
@@ -25,10 +27,19 @@ def load_audio(source: AudioInput, sample_rate: int | None = None) -> np.ndarray
     """
     if isinstance(source, np.ndarray):
         return _normalise(source, SAMPLE_RATE if sample_rate is None else sample_rate, "array")
+    if hasattr(source, "read"):  # an open file (binary), as faster-whisper's decode_audio takes
+        source = source.read()
+        if isinstance(source, str):
+            raise AudioError("the file object is open in text mode", where="audio",
+                             hint="open it with mode 'rb'")
     if isinstance(source, (bytes, bytearray)):
         if not source:
             raise AudioError("audio bytes are empty", where="bytes input", hint="pass the contents of an audio file")
         return _decode(io.BytesIO(bytes(source)), "bytes input", suffix="")
+    if not isinstance(source, (str, os.PathLike)):
+        raise AudioError(f"audio must be a path, bytes, a binary file object or a numpy array of samples, got "
+                         f"{type(source).__name__}", where="audio",
+                         hint="pass e.g. 'talk.flac', or np.asarray(samples, dtype=np.float32) at 16 kHz")
     path = Path(source)
     if not path.exists():
         raise AudioError("audio file not found", where=str(path), hint="check the path")

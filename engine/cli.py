@@ -265,7 +265,8 @@ def _transcribe(args) -> int:
     if args.skip_existing and out_dir is None:
         raise SpecWhisperError("--skip-existing needs output files", where="--skip-existing",
                                hint="add --output-dir DIR or --output-format json|srt|vtt")
-    inputs = [path for path in args.audio
+    inputs = args.audio if out_dir is None else _one_output_each(args.audio)
+    inputs = [path for path in inputs
               if not (args.skip_existing and _skipped(output_path(path, out_dir, args.output_format)))]
     if not inputs:
         return 0
@@ -292,6 +293,17 @@ def _transcribe(args) -> int:
         saved = engine.save_learned(args.learn_save)
         print(f"learned token map -> {saved}", file=sys.stderr)
     return 1 if failures else 0
+
+
+def _one_output_each(paths: list[str]) -> list[str]:
+    """Each input once; two inputs whose outputs would share a name are an error before anything
+    is decoded (the second would overwrite the first: outputs are named by the file's stem)."""
+    from .batch.inputs import BatchItem, unique_names
+
+    items = unique_names([BatchItem(path, Path(path).stem) for path in paths],
+                         hint="transcribe them into different --output-dir folders, or use `specwhisper batch` "
+                              "on their common folder (its outputs keep the subfolders)")
+    return [item.path for item in items]
 
 
 def _skipped(output: Path) -> bool:

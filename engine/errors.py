@@ -46,3 +46,8 @@ class NetworkError(ModelError):
 
 class OptionError(SpecWhisperError, ValueError):
     """A bad option value: a ValueError too, as faster-whisper's callers expect."""
+
+
+class UnknownOptionError(SpecWhisperError, TypeError):
+    """A keyword no call of that name takes: a TypeError too, as Python raises for one (and
+    faster-whisper's callers expect), with the names there are."""

@@ -30,8 +30,13 @@ def compression_ratio(text: str) -> float:
 
 def parse_temperatures(value) -> float | tuple[float, ...]:
     """One temperature, or a fallback ladder: a sequence, or text such as ``"0,0.2,0.4"``."""
-    if isinstance(value, str):
-        value = [v for v in value.split(",") if v.strip()] if "," in value else value
+    if hasattr(value, "tolist") and not isinstance(value, str):  # a numpy array or scalar
+        value = value.tolist()
+    if isinstance(value, str) and "," in value:
+        if any(not v.strip() for v in value.split(",")):
+            raise SpecWhisperError(f"temperature list {value!r} has an empty entry", where="--temperature",
+                                   hint="separate the temperatures by single commas, e.g. 0,0.2,0.4")
+        value = value.split(",")
     if isinstance(value, (list, tuple)):
         if not value:
             raise SpecWhisperError("empty temperature list", where="--temperature", hint="use e.g. 0 or 0,0.2,0.4")
@@ -45,6 +50,8 @@ def ladder(temperature: float | Sequence[float]) -> tuple[float, ...]:
 
 def _one(value) -> float:
     try:
+        if isinstance(value, bool):  # True is not 1.0 degrees of randomness
+            raise TypeError
         t = float(value)
     except (TypeError, ValueError):
         t = float("nan")

@@ -45,7 +45,7 @@ from .errors import OptionError, SpecWhisperError
 from .listen_endpoint import FRAME, Endpointer, Utterance, frames_of, make_detector
 from .live_input import ChunkConsumer, ChunkQueue, check_consumer_args
 from .results import Result
-from .transcribe_options import TranscribeOptions
+from .transcribe_options import checked_options
 from .transcriber import WhisperEngine
 
 MAX_UTTERANCE_S = 28.0  # with the pads, an utterance fits one 30 s window
@@ -114,7 +114,7 @@ class CommandListener(ChunkConsumer):
         check_consumer_args("a listener", "engine.listen", sample_rate, options, SET_BY_LISTENER,
                             "the listener decides what audio each decoding gets")
         options.setdefault("audio_ctx", "auto")
-        TranscribeOptions(language=language, task=task, **options)  # every option checked now
+        checked_options("engine.listen", language=language, task=task, **options)  # every option checked now
         if language is not None:
             engine.tokenizer.sot_sequence(language, task)  # a code this model knows
         self.engine, self.language, self.task = engine, language, task

@@ -60,7 +60,7 @@ from .live_agreement import agreed_length, creeping_loop, cut_repetition
 from .live_input import ChunkConsumer, ChunkQueue, check_consumer_args
 from .results import WindowResult
 from .timestamps import SECONDS_PER_TIMESTAMP
-from .transcribe_options import TranscribeOptions
+from .transcribe_options import checked_options
 from .transcriber import LOOP_TOKENS_MIN, LOOP_TOKENS_PER_S, SILENCE_PEAK, WhisperEngine
 
 WINDOW_SAMPLES = N_FRAMES * 160  # one pass sees at most one 30 s window
@@ -154,7 +154,7 @@ class LiveStream(ChunkConsumer):
         # Greedy passes: a pass that loops is unsure and commits nothing (the next pass, a second
         # later, decodes the buffer again), so a ladder would only spend the step's time on samples.
         options.setdefault("temperature", 0.0)
-        opts = TranscribeOptions(language=language, task=task, **options)  # every option checked now
+        opts = checked_options("engine.stream", language=language, task=task, **options)  # every option checked now
         if language is not None:
             engine.tokenizer.sot_sequence(language, task)  # a code this model knows
         self.engine, self.language, self.task = engine, language, task

@@ -7,11 +7,12 @@ and check options without the engine; the hot loop then trusts them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from numbers import Real
 
 from .audio_ctx import parse_audio_ctx
 from .decoding_options import check_decoding_options
-from .errors import OptionError, SpecWhisperError
+from .errors import OptionError, SpecWhisperError, UnknownOptionError
 from .fallback import COMPRESSION_RATIO_THRESHOLD, LADDER, Thresholds, parse_temperatures
 from .features import FRAMES_PER_SECOND, N_FRAMES
 
@@ -91,9 +92,11 @@ class TranscribeOptions:
             raise SpecWhisperError(f"unknown timestamps setting {self.timestamps!r}", where="--timestamps",
                                    hint="use auto (on for audio longer than 30 s), on or off")
         object.__setattr__(self, "temperature", parse_temperatures(self.temperature))
-        if not (self.compression_ratio_threshold > 0):
-            raise SpecWhisperError(f"compression ratio threshold {self.compression_ratio_threshold!r} must be "
-                                   "positive", where="compression_ratio_threshold", hint="use e.g. 2.4 (the default)")
+        ratio = self.compression_ratio_threshold
+        if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, Real) or not ratio > 0):
+            raise SpecWhisperError(f"compression ratio threshold {ratio!r} must be a positive number (or None: "
+                                   "no such test)", where="compression_ratio_threshold",
+                                   hint="use e.g. 2.4 (the default)")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise SpecWhisperError(f"seed {self.seed!r} is not a non-negative integer", where="--seed",
                                    hint="use a whole number such as 0")
@@ -126,3 +129,14 @@ class TranscribeOptions:
         if self.repetition_penalty != 1.0 or self.no_repeat_ngram_size:
             return "repetition penalty or no_repeat_ngram_size"
         return None
+
+
+def checked_options(call: str, **options) -> TranscribeOptions:
+    """``TranscribeOptions`` from the keyword arguments of ``call`` (e.g. ``WhisperEngine.transcribe``),
+    an unknown name refused with the names there are (not Python's error about a dataclass)."""
+    known = {f.name for f in fields(TranscribeOptions)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise UnknownOptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}", where=call,
+                          hint=f"options are: {', '.join(sorted(known - {'progress', 'numerics_from_auto'}))}")
+    return TranscribeOptions(**options)

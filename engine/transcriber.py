@@ -50,7 +50,7 @@ from .policy import (
 from .results import Result, Segment, WindowResult
 from .stats import DecodeStats
 from .timestamps import split_window
-from .transcribe_options import TranscribeOptions
+from .transcribe_options import TranscribeOptions, checked_options
 from .window_decode import WindowDecoder, WindowJob
 from .window_numerics import WindowNumerics
 
@@ -202,8 +202,9 @@ class WhisperEngine:
         ``batch_decoder`` (other than the one it was loaded with) or ``decoder_threads`` is an error."""
         if device not in ("cpu", "cuda"):
             raise SpecWhisperError(f"unknown device {device!r}", where="--device", hint="use cpu or cuda")
-        if threads < 1:
-            raise SpecWhisperError(f"threads must be >= 1, got {threads}", where="--threads")
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise SpecWhisperError(f"threads must be a whole number >= 1, got {threads!r}", where="--threads",
+                                   hint="use e.g. 2 (the cores to use)")
         t0 = time.perf_counter()
         if loaded is not None:  # its device and threads hold for this engine's drafters too
             _check_shared_model(loaded, encoder=encoder, batch_decoder=batch_decoder, decoder_threads=decoder_threads)
@@ -314,7 +315,7 @@ class WhisperEngine:
         window fails (``transcribe`` does), so a short window tries the ladder's first temperature
         only: sampling a window that loops for want of context mostly loops again, to the token cap."""
         mapped = self._language_from_map(language, task, options)
-        opts = TranscribeOptions(language=mapped or language, task=task, **options)
+        opts = checked_options("WhisperEngine.transcribe", language=mapped or language, task=task, **options)
         if opts.language is not None:
             self.tokenizer.sot_sequence(opts.language, opts.task)  # validates the code for this model
         if opts.multilingual and not self.tokenizer.multilingual:

@@ -71,3 +71,16 @@ def test_skip_existing_with_everything_done_loads_no_model(tmp_path, capsys):
     assert main(["transcribe", str(tmp_path / "a.flac"), "--output-format", "json", "--output-dir", str(tmp_path),
                  "--model", str(tmp_path / "no-such-model"), "--skip-existing"]) == 0
     assert "skipped (--skip-existing)" in capsys.readouterr().err
+
+
+def test_two_inputs_with_one_output_name_are_refused_before_any_work(tmp_path, capsys):
+    """Outputs are named by the file's stem: a second x.flac would overwrite the first's x.txt."""
+    for folder in ("d1", "d2"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "x.flac").write_bytes(b"not read: refused first")
+    out = tmp_path / "out"
+    rc = main(["transcribe", str(tmp_path / "d1/x.flac"), str(tmp_path / "d2/x.flac"), "--output-dir", str(out),
+               "--model", str(tmp_path / "no-such-model")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "two inputs would write the same outputs (x.*)" in err and "different --output-dir" in err
+    assert not out.exists()

@@ -6,6 +6,7 @@ fallback keeps speculation lossless; it also removes the loops greedy falls into
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from conftest import load_manifest
@@ -25,7 +26,8 @@ def test_temperatures_parse_as_one_value_or_a_ladder():
     assert parse_temperatures("0") == 0.0 and parse_temperatures(0.7) == 0.7
     assert parse_temperatures("0,0.2,0.4,0.6,0.8,1.0") == LADDER
     assert parse_temperatures([0, 0.5]) == (0.0, 0.5)
-    for bad in ("0,abc", "", "-1", ",", [], "0,11"):
+    assert parse_temperatures(np.array([0.0, 0.5])) == (0.0, 0.5)
+    for bad in ("0,abc", "", "-1", ",", [], "0,11", "0,,0.2", "0,", True):
         with pytest.raises(SpecWhisperError):
             parse_temperatures(bad)
 

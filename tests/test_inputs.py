@@ -93,6 +93,32 @@ def test_bytes_and_array_inputs(base_engine, shared_data):
     assert from_bytes.tokens == from_array.tokens and "ask not" in from_bytes.text.lower()
 
 
+def test_file_objects_decode_and_other_types_are_refused_clearly(shared_data, tmp_path):
+    path = shared_data / "real/audio/jfk.flac"
+    with open(path, "rb") as f:
+        assert np.array_equal(load_audio(f), load_audio(path))  # as faster-whisper's decode_audio takes
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    with open(text) as f, pytest.raises(AudioError, match="text mode"):
+        load_audio(f)
+    for bad in (None, 5, [0.0] * 1600):
+        with pytest.raises(AudioError, match=f"got {type(bad).__name__}"):
+            load_audio(bad)
+
+
+def test_unknown_options_and_bad_thresholds_are_named(base_engine, shared_data):
+    from specwhisper.errors import SpecWhisperError, UnknownOptionError
+    from specwhisper.transcribe_options import TranscribeOptions
+
+    with pytest.raises(UnknownOptionError, match="unknown option 'foo'") as info:
+        base_engine.transcribe(shared_data / "real/audio/jfk.flac", foo=1)
+    assert info.value.where == "WhisperEngine.transcribe" and "temperature" in info.value.hint
+    assert TranscribeOptions(compression_ratio_threshold=None).thresholds.compression_ratio is None  # no such test
+    for bad in ("x", True, 0):
+        with pytest.raises(SpecWhisperError, match="compression ratio threshold"):
+            TranscribeOptions(compression_ratio_threshold=bad)
+
+
 def test_corrupt_model_dir(tmp_path, capsys):
     bad = tmp_path / "model"
     bad.mkdir()

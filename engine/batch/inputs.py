@@ -48,7 +48,7 @@ def expand_inputs(inputs: list[str]) -> list[BatchItem]:
                                hint=f"give files, folders holding {', '.join(sorted(AUDIO_SUFFIXES)[:4])}..., "
                                     "globs or a .jsonl/.csv manifest")
     # absolute paths: workers (Ray actors, on other machines too) do not share the driver's folder
-    return [BatchItem(os.path.abspath(item.path), item.name, _duration(item.path)) for item in _unique_names(items)]
+    return [BatchItem(os.path.abspath(item.path), item.name, _duration(item.path)) for item in unique_names(items)]
 
 
 def _expand_one(spec: str) -> list[BatchItem]:
@@ -138,7 +138,10 @@ def _read_text(path: Path) -> str:
                                hint="check the path and its permissions") from None
 
 
-def _unique_names(items: list[BatchItem]) -> list[BatchItem]:
+BATCH_NAMES_HINT = "give one of them a name in a manifest, or pass their common folder so that the names keep their subfolders"
+
+
+def unique_names(items: list[BatchItem], hint: str = BATCH_NAMES_HINT) -> list[BatchItem]:
     """The items without repeats (a file given twice is done once); two files for one name are an
     error (names compared without case: on macOS and Windows Call.wav and call.flac share outputs)."""
     seen: dict[str, str] = {}
@@ -150,8 +153,7 @@ def _unique_names(items: list[BatchItem]) -> list[BatchItem]:
             unique.append(item)
         elif other != real:
             raise SpecWhisperError(f"two inputs would write the same outputs ({item.name}.*): {other} and {item.path}",
-                                   where=item.path, hint="give one of them a name in a manifest, or pass their "
-                                   "common folder so that the names keep their subfolders")
+                                   where=item.path, hint=hint)
     return unique
 
 

@@ -52,7 +52,8 @@ def load_draft_model(draft: str | Path, main_tokenizer: WhisperTokenizer, *, mai
         draft_dir = resolve_model(draft, download=download, prefer_int8=compute_type.startswith("int8"))
         tokenizer = WhisperTokenizer.from_model_dir(draft_dir)
     except SpecWhisperError as exc:
-        raise type(exc)(f"draft model: {exc.what}", where=exc.where or str(draft), hint=exc.hint) from None
+        where = "--draft-model" if exc.where in (None, "--model") else exc.where
+        raise type(exc)(f"draft model: {exc.what}", where=where, hint=exc.hint) from None
     main_dir = Path(main_model_dir) if main_model_dir is not None else Path(main_tokenizer.source).parent
     main_bin, draft_bin = main_dir / "model.bin", draft_dir / "model.bin"
     if main_bin.is_file() and draft_bin.stat().st_size >= main_bin.stat().st_size:
