@@ -179,6 +179,22 @@ def _emit(writer: ModelBinWriter, reader: ModelBinReader, p: _Plan, by_name: dic
         raise AssertionError(p.action)
 
 
+def _check_source(src_dir: Path) -> None:
+    """Refuse a source that would not load, before anything is written: its copy would not load
+    either, and the loader's advice (convert it) would send the user back here."""
+    from specwhisper.model_store import check_model_dir
+    from specwhisper.tokenizer import WhisperTokenizer
+
+    try:
+        check_model_dir(src_dir)
+        WhisperTokenizer.from_model_dir(src_dir)
+    except ModelError as exc:
+        raise ModelError(f"cannot convert: {exc.what}", where=exc.where,
+                         hint="the source must be a whole CTranslate2 Whisper model (model.bin, config.json, "
+                              "tokenizer.json): restore the missing or damaged file from where the model "
+                              "came from") from None
+
+
 def quantize_ct2_model(src_dir: str | Path, dst_dir: str | Path, quantization: str = "int8", *,
                        overwrite: bool = False,
                        progress: Callable[[str], None] | None = None) -> Path:
@@ -192,6 +208,7 @@ def quantize_ct2_model(src_dir: str | Path, dst_dir: str | Path, quantization: s
     if not (src_dir / "model.bin").is_file():
         raise ModelError("not a CTranslate2 model directory (no model.bin)", where=str(src_dir),
                          hint="point at a folder with model.bin, config.json and tokenizer.json")
+    _check_source(src_dir)
     if Path(dst_dir).expanduser().absolute() == src_dir.absolute():
         raise ModelError("source and destination are the same directory", where=str(src_dir),
                          hint="write the quantized copy to another directory")

@@ -21,7 +21,7 @@ from .encoders import ENCODERS
 from .errors import SpecWhisperError
 from .fallback import LADDER
 from .features import N_FRAMES
-from .file_transcriber import check_decoding_options, open_transcriber
+from .file_transcriber import check_decoding_options, check_learn_save, open_transcriber
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     doc = sub.add_parser("doctor", help="platform, CT2 build, step API, CUDA, cached models, self-test")
     doc.add_argument("--model", default=None, help="also load this model and run the batch-invariance self-test")
-    doc.add_argument("--compute-type", default="int8")
-    doc.add_argument("--threads", type=int, default=2)
+    doc.add_argument("--compute-type", default="int8", choices=COMPUTE_TYPES)
+    doc.add_argument("--threads", type=whole_number, default=2)
     doc.add_argument("--batch-decoder", default="auto", choices=BATCH_DECODERS)
     doc.add_argument("--encoder", default="auto", choices=ENCODERS)
 
@@ -106,11 +106,24 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     add_fw_args(p)
 
 
+COMPUTE_TYPES = ("int8", "int8_float32", "int8_float16", "float32", "float16", "bfloat16", "default")
+
+
+def whole_number(value: str) -> int:
+    """An argparse type: a count such as threads, 1 or more (argparse then names the option)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {value!r}")
+    return number
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="tiny.en, base (default), a CT2 model directory, or a HF repo id")
-    p.add_argument("--compute-type", default="int8", choices=["int8", "int8_float32", "int8_float16", "float32",
-                                                              "float16", "bfloat16", "default"])
-    p.add_argument("--threads", type=int, default=min(4, os.cpu_count() or 2), help="CPU threads (intra-op)")
+    p.add_argument("--compute-type", default="int8", choices=COMPUTE_TYPES)
+    p.add_argument("--threads", type=whole_number, default=min(4, os.cpu_count() or 2), help="CPU threads (intra-op)")
     p.add_argument("--decoder-threads", type=int, default=None,
                    help="threads of the decoder's calls (default: 1 unless --threads is clearly faster, measured once)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -258,8 +271,7 @@ def _dispatch(args) -> int:
 def _transcribe(args) -> int:
     from .writers import output_path, write_result
 
-    if args.learn_save and not args.learn:
-        raise SpecWhisperError("--learn-save needs --learn", where="--learn-save", hint="add --learn")
+    check_learn_save(args)
     cues = check_decoding_options(args)
     out_dir = args.output_dir or ("." if args.output_format != "txt" else None)
     if args.skip_existing and out_dir is None:

@@ -13,7 +13,8 @@ import json
 import sys
 
 from .cli_audio import audio_source
-from .errors import OptionError, SpecWhisperError
+from .errors import OptionError
+from .file_transcriber import check_learn_save
 
 
 def add_listen_parser(sub, add_model_args) -> None:
@@ -58,8 +59,7 @@ def run_listen(args) -> int:
     from .transcribe_options import TranscribeOptions
     from .transcriber import WhisperEngine
 
-    if args.learn_save and not args.learn:
-        raise SpecWhisperError("--learn-save needs --learn", where="--learn-save", hint="add --learn")
+    check_learn_save(args)
     # everything a user can get wrong fails before the model loads
     if not 100 <= args.silence_ms <= 5000:
         raise OptionError(f"--silence-ms must be between 100 and 5000, got {args.silence_ms}", where="--silence-ms",

@@ -21,7 +21,7 @@ MAX_CHUNK_LENGTH = 30  # seconds: the encoder's input; a longer window would not
 def check_decoding_options(opts) -> None:
     """Raise a clear error for a value faster-whisper would reject or misread (``opts``: a
     ``TranscribeOptions``)."""
-    for name in ("beam_size", "best_of", "batch_size"):
+    for name in ("beam_size", "best_of", "batch_size", "language_detection_segments"):
         _integer(opts, name, minimum=1)
     _integer(opts, "no_repeat_ngram_size", minimum=0)
     if opts.max_new_tokens is not None:

@@ -32,6 +32,18 @@ def check_decoding_options(args) -> CueOptions:
     return cues
 
 
+def check_learn_save(args) -> None:
+    """``--learn-save`` needs ``--learn``, and a path it can write: checked before any decoding, so
+    that a run's learning is not lost to a read-only folder found at its end."""
+    from .errors import SpecWhisperError
+    from .io_utils import check_writable
+
+    if args.learn_save and not args.learn:
+        raise SpecWhisperError("--learn-save needs --learn", where="--learn-save", hint="add --learn")
+    if args.learn_save:
+        check_writable(args.learn_save, "the learned token map", "--learn-save")
+
+
 def open_transcriber(args) -> tuple[WhisperEngine, FileTranscriber]:
     """Load the model; returns the engine and how one file is transcribed: by the engine, or with
     --vad / --batch-size by faster-whisper's API over it (``WhisperModel.transcribe(vad_filter=True)``,

@@ -63,6 +63,22 @@ def write_failure(exc: OSError, path: str | os.PathLike[str], what: str = "the o
                  hint=hint.format(option=also))
 
 
+def check_writable(path: str | os.PathLike[str], what: str, option: str | None = None) -> None:
+    """Raise ``write_failure``'s error now where ``path`` could not be written later: before a run
+    whose result it is to hold (a read-only folder found after an hour of learning loses the hour).
+    Probes with a temporary file beside it (creating its folder, as the write would)."""
+    path = Path(path)
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise write_failure(exc, path, what, option) from None
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -209,6 +209,21 @@ class WhisperModel:
         return stream.language, stream.language_probability, probs
 
 
+def _clip_spans(clips) -> list[tuple[float, float]]:
+    """The batched pipeline's ``clip_timestamps``, as faster-whisper's: {"start": s, "end": s} dicts."""
+    where, hint = "BatchedInferencePipeline.transcribe(clip_timestamps)", 'use e.g. [{"start": 0.0, "end": 10.0}]'
+    try:
+        spans = [(float(c["start"]), float(c["end"])) for c in clips]
+    except (TypeError, KeyError, ValueError, IndexError):
+        raise OptionError("the batched pipeline's clip_timestamps is a list of {'start': s, 'end': s} in seconds "
+                          f"(got {clips!r:.80})", where=where, hint=hint) from None
+    for start, end in spans:
+        if not 0 <= start < end:
+            raise OptionError(f"clip {start:g}-{end:g} s does not end after it starts at 0 s or later",
+                              where=where, hint=hint)
+    return spans
+
+
 class BatchedInferencePipeline:
     """faster-whisper's batched pipeline: speech chunks of up to ``chunk_length`` seconds (VAD, or
     ``clip_timestamps`` as [{"start": s, "end": s}, ...]) decoded as independent windows."""
@@ -242,7 +257,7 @@ class BatchedInferencePipeline:
         waveform = _waveform(audio)
         vad_options = None
         if clip_timestamps:
-            spans = [(float(c["start"]), float(c["end"])) for c in clip_timestamps]
+            spans = _clip_spans(clip_timestamps)
         elif vad_filter and waveform.size:
             from .vad import get_speech_timestamps, vad_options_from
 

@@ -84,3 +84,16 @@ def test_two_inputs_with_one_output_name_are_refused_before_any_work(tmp_path, c
     err = capsys.readouterr().err
     assert rc == 2 and "two inputs would write the same outputs (x.*)" in err and "different --output-dir" in err
     assert not out.exists()
+
+
+def test_bad_thread_counts_and_unwritable_learn_save_are_refused_before_any_work(tmp_path, capsys):
+    for command in (["doctor", "--model", "tiny.en"], ["transcribe", str(tmp_path / "a.flac")]):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*command, "--threads", "-1"])
+        assert exit_info.value.code == 2 and "--threads: must be a whole number of at least 1" in capsys.readouterr().err
+    (tmp_path / "a-file").write_text("in the way")
+    # a whole run's learning would be lost to a path found unwritable at its end: refused first
+    rc = main(["transcribe", str(tmp_path / "a.flac"), "--learn", "--learn-save", str(tmp_path / "a-file/x.tmap"),
+               "--model", str(tmp_path / "no-such-model")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "cannot write the learned token map" in err and "--learn-save" in err

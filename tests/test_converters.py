@@ -339,3 +339,19 @@ def test_vocab_map_file_is_checked_against_both_tokenizers(vocab, tmp_path):
         load_vocab_map(tmp_path / "bad.npz", main, draft)
     with pytest.raises(TokenMapError, match="not found"):
         load_vocab_map(tmp_path / "absent.npz", main, draft)
+
+
+@pytest.mark.parametrize("damage", ["no tokenizer.json", "config.json not JSON"])
+def test_a_ct2_source_that_would_not_load_is_refused_before_writing(tiny_model_dir, tmp_path, damage):
+    """Its copy would not load either, and the loader's advice (convert it) leads back here."""
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(tiny_model_dir, src)
+    if damage == "no tokenizer.json":
+        (src / "tokenizer.json").unlink()
+    else:
+        (src / "config.json").write_text("{broken")
+    with pytest.raises(ModelError, match="cannot convert") as info:
+        convert(src, tmp_path / "out", "int8")
+    assert "restore" in info.value.hint and not (tmp_path / "out").exists()

@@ -222,6 +222,18 @@ def test_bad_input_gets_clear_errors(model, jfk_path):
         model.transcribe("/nonexistent.flac")
 
 
+def test_batched_clip_timestamps_and_detection_segments_are_checked(model, jfk_path):
+    pipeline = BatchedInferencePipeline(model)
+    for bad in ("0,5", [{"start": 100000, "end": 10}], [{"begin": 0}], [3]):
+        with pytest.raises(OptionError, match="clip") as info:
+            pipeline.transcribe(jfk_path, clip_timestamps=bad)
+        assert '"start"' in info.value.hint
+    segments, _ = pipeline.transcribe(jfk_path, clip_timestamps=[{"start": 0.0, "end": 5.0}])
+    assert "fellow americans" in " ".join(s.text for s in segments).lower()
+    with pytest.raises(OptionError, match="language_detection_segments"):
+        model.detect_language(jfk_path, language_detection_segments=0)
+
+
 @pytest.mark.parametrize("bad", [0, -5, 31, 40, 10.0, 10.5, "10", True])
 def test_chunk_length_outside_whole_seconds_1_to_30_is_a_clear_error(model, jfk_path, bad):
     """faster-whisper 1.2.1 hangs (0), repeats its first segment forever (negative), raises a
