@@ -42,6 +42,10 @@ def load_audio(source: AudioInput, sample_rate: int | None = None) -> np.ndarray
                          hint="pass e.g. 'talk.flac', or np.asarray(samples, dtype=np.float32) at 16 kHz")
     path = Path(source)
     if not path.exists():
+        if str(source) == "-":
+            raise AudioError("transcribe reads files, not standard input", where="-",
+                             hint="save the audio to a file, or stream PCM on stdin with `specwhisper stream -` "
+                                  "(or `listen -`)")
         raise AudioError("audio file not found", where=str(path), hint="check the path")
     if path.is_dir():
         raise AudioError("expected an audio file, got a directory", where=str(path),

@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("audio", nargs="+", help="audio files (wav/flac/ogg; mp3/m4a/video with the [av] extra)")
     add_model_args(t)
     t.add_argument("--output-format", default="txt", choices=["txt", "json", "srt", "vtt"],
-                   help="txt prints to stdout unless --output-dir is given; other formats write <stem>.<fmt>")
+                   help="txt prints to stdout (and with --output-dir also writes <stem>.txt); other formats write "
+                        "<stem>.<fmt>")
     t.add_argument("--output-dir", default=None, help="directory for output files (default: current directory "
                                                       "for json/srt/vtt)")
     t.add_argument("--skip-existing", action="store_true",

@@ -114,8 +114,8 @@ class WhisperTokenizer:
         tid = self._tok.token_to_id(f"<|{language}|>")
         if tid is None or not self.multilingual:
             raise ModelError(
-                f"unknown or unsupported language {language!r} for this model",
-                where=self.source,
+                f"unknown or unsupported language {language!r} for this model ({self.source})",
+                where="--language",
                 hint="use a language code such as 'en' (English-only models accept only 'en')",
             )
         return tid
