@@ -452,7 +452,7 @@ class WhisperEngine:
         verifier (not CTranslate2's ``generate``) on the invariant decoder in the numerics the
         engine would choose for them anyway, its 1- and 2-thread sessions the same bits
         (``check.wide``), and at most ``row_ceiling`` rows a call (the self-test's range)."""
-        opts, check = run.opts, self.window_numerics.selftest_for(run.ctx_frames)
+        opts, check = run.opts, self._window_selftest(run.ctx_frames)
         if opts.batch_size < 2 or n_windows < 2 or opts.condition_on_previous_text or run.initial \
                 or opts.word_timestamps or any(opts.generate_only(t) for t in ladder(opts.temperature)) \
                 or check is None or check.decoder != "invariant" or check.row_floor is None or not check.wide \
@@ -471,7 +471,7 @@ class WhisperEngine:
         from .invariant_batch import GatedDecoder, LockstepGate
 
         progress = run.opts.progress
-        gate = LockstepGate(self.lm.batch_decoder(self.window_numerics.selftest_for(run.ctx_frames)), slots, run.ctx_frames // 2)
+        gate = LockstepGate(self.lm.batch_decoder(self._window_selftest(run.ctx_frames)), slots, run.ctx_frames // 2)
         quiet = replace(run, chain=DrafterChain([]), guesser=_Unlearned(self.tokenizer.special.eot))
 
         def decode(job: WindowJob) -> Attempt:
@@ -573,7 +573,7 @@ class WhisperEngine:
         model's lock held). ``lockstep``: decoded in a lockstep batch, which drafts nothing."""
         opts = run.opts
         # Chosen before encoding, so that a draft model's encoder can run beside the main one.
-        check = self.window_numerics.selftest_for(run.ctx_frames)
+        check = self._window_selftest(run.ctx_frames)
         numerics, reason, window_policy = self.window_numerics.choose(opts, run.chain, run.policy,
                                                                       samples.size / SAMPLE_RATE, check)
         if lockstep:
@@ -751,6 +751,12 @@ class WhisperEngine:
         if self.draft_drafter is not None:
             self.draft_drafter.enabled = False  # asked, not decoding: the next window decides again
         return numerics, reason
+
+    def _window_selftest(self, ctx_frames: int) -> SelfTestResult | None:
+        """The self-test for this encoder length (it runs once per fixed size)."""
+        if ctx_frames == N_FRAMES or self.selftest_result is None:
+            return self.selftest_result
+        return self.lm.selftest(encoder_frames=ctx_frames // 2)
 
     def close(self) -> None:
         """Stop the draft model's ahead thread and wait for it (dropping the engine stops it too):

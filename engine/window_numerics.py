@@ -3,7 +3,8 @@
 A room of its own because it is policy, not transcription: the choice weighs the self-test (which
 decoder is exact here, and whether the invariant one is faster than single-row), the drafters'
 expected speedup and what the draft model costs, all measured once per engine. The transcriber
-asks it once per window (``choose``) and tells it how long windows turn out (``observe``).
+asks it once per window (``choose``, with the window's self-test) and tells it how long windows
+turn out (``observe``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from dataclasses import replace
 
 from .backend import LoadedModel, SelfTestResult
 from .drafters.chain import DrafterChain
-from .features import N_FRAMES
 from .policy import (
     SPECULATE_MARGIN,
     AdaptiveDraftLength,
@@ -32,7 +32,9 @@ class WindowNumerics:
 
     def __init__(self, lm: LoadedModel, selftest_result: SelfTestResult | None, verify_cost: VerifyCost,
                  draft_drafter=None) -> None:
-        self.lm, self.selftest_result, self.verify_cost = lm, selftest_result, verify_cost
+        """``selftest_result``: the full-context self-test, read here once (the draft model's window
+        prices); each window's own comes with ``choose``."""
+        self.lm, self.verify_cost = lm, verify_cost
         self.row_floor = selftest_result.row_floor if selftest_result else None
         self.draft_drafter = draft_drafter
         self.window_tokens = WINDOW_TOKENS_PRIOR  # running mean: what a window's fixed costs spread over
@@ -40,17 +42,11 @@ class WindowNumerics:
             from .drafters.draft_model import decoder_step_ms
 
             self.main_step_ms = decoder_step_ms(lm)
-            self.draft_window_cost = self._drafting_window_cost()
+            self.draft_window_cost = self._drafting_window_cost(selftest_result)
 
     def observe(self, n_tokens: int) -> None:
         """A window emitted ``n_tokens``."""
         self.window_tokens += 0.25 * (n_tokens - self.window_tokens)
-
-    def selftest_for(self, ctx_frames: int) -> SelfTestResult | None:
-        """The self-test for this encoder length (it runs once per fixed size)."""
-        if ctx_frames == N_FRAMES or self.selftest_result is None:
-            return self.selftest_result
-        return self.lm.selftest(encoder_frames=ctx_frames // 2)
 
     def choose(self, opts: TranscribeOptions, chain: DrafterChain, policy: AdaptiveDraftLength | FixedDraftLength,
                window_s: float = 30.0, check: SelfTestResult | None = None):
@@ -97,12 +93,11 @@ class WindowNumerics:
             alternative = max(alternative, 1.0 / self.verify_cost(1))
         return max(SPECULATE_MARGIN, alternative)
 
-    def _drafting_window_cost(self) -> VerifyCost:
+    def _drafting_window_cost(self, check: SelfTestResult | None) -> VerifyCost:
         """The prices of the calls of a window the draft model drafts. Its thread takes the core
         that the invariant decoder's wide (2-thread) calls use when nothing runs beside them, so its
         windows' calls run on one thread: priced as such (measured once, cached), not at the wide
         prices that ``verify_cost`` holds (1.5x cheaper on this project's EPYC)."""
-        check = self.selftest_result
         if check is None or not check.wide or check.decoder != "invariant":
             return self.verify_cost
         measured = self.lm.call_costs(result=replace(check, wide=False))
