@@ -45,7 +45,8 @@ def run_batch_command(args: argparse.Namespace) -> int:
         args.threads = args.threads_per_worker
     elif args.workers > 1 and args.ray is None:  # this machine's cores shared out among the pool
         args.threads = max(1, (os.cpu_count() or 2) // args.workers)
-    formats = tuple(fmt.strip() for fmt in args.output_format.split(",") if fmt.strip())
+    # case as typed does not matter, and a format named twice is written once
+    formats = tuple(dict.fromkeys(fmt.strip().lower() for fmt in args.output_format.split(",") if fmt.strip()))
     report = run_batch(args.inputs, args.output_dir, args, formats=formats, ray=args.ray, workers=args.workers,
                        retries=args.retries, stream=sys.stderr)
     if report.progress is not None:

@@ -85,7 +85,8 @@ def run_listen(args) -> int:
                              numerics=args.numerics)
     if args.stats:
         language = args.language or (f"{engine.tokenmap_language} (token map)" if engine.tokenmap_language
-                                     else "detected per command")
+                                     else "detected per command" if engine.tokenizer.multilingual
+                                     else "en (English-only model)")
         print(f"[listen] endpointing {listener.endpointing}, silence {args.silence_ms} ms, language {language}",
               file=sys.stderr)
     try:

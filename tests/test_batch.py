@@ -247,9 +247,9 @@ def test_a_bad_file_is_reported_and_the_others_are_written(tmp_path, shared_data
     folder = _clips(shared_data, tmp_path, 3)
     (folder / "broken.flac").write_bytes(b"fLaC" + os.urandom(400))
     code = main(["batch", str(folder), "--output-dir", str(tmp_path / "out"), "--model", str(tiny_model_dir),
-                 "--threads", "1", "--output-format", "txt,json", "--language", "en"])
+                 "--threads", "1", "--output-format", "TXT,json,json", "--language", "en"])  # each once
     err = capsys.readouterr().err
-    assert code == 1
+    assert code == 1 and len(list((tmp_path / "out").rglob("*.txt"))) == 3
     assert "failed: " in err and "broken.flac" in err and "3 transcribed" in err and "1 failed" in err
     assert len(list((tmp_path / "out").rglob("*.json"))) == 3 + 3  # outputs and their ledger records
     assert not list((tmp_path / "out").rglob("broken.*"))
