@@ -109,7 +109,10 @@ def test_cli_refuses_bad_options_before_loading_a_model(tmp_path, capsys):
                            (["--tokenmap", str(tmp_path / "none.tmap")], "none.tmap")):
         assert main(["batch", str(tmp_path / "a.flac"), "--output-dir", str(tmp_path / "o"), *extra]) == 2
         assert message in capsys.readouterr().err
-    assert not (tmp_path / "o").exists()
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    assert main(["batch", str(tmp_path / "bad.jsonl"), "--output-dir", str(tmp_path / "o")]) == 2
+    assert "bad.jsonl" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # nothing made for a job that never started
     assert main(["batch", str(tmp_path / "a.flac"), "--output-dir", str(tmp_path / "file" / "o")]) == 2
     assert "cannot write to the output folder" in capsys.readouterr().err
     with pytest.raises(TypeError, match="threads_per_worker"):

@@ -42,8 +42,8 @@ def run_batch(inputs: list[str], output_dir: str, settings: argparse.Namespace, 
               ray: str | None, workers: int, retries: int, stream: TextIO | None, on_outcome=None) -> BatchReport:
     """``transcribe_batch`` with the command line's options (``settings``); see there."""
     cues = _check(formats, workers, retries, settings, ray)
+    items = expand_inputs(list(inputs))  # before the output folder is made: a bad manifest leaves none
     output_dir = _usable_output_dir(output_dir)
-    items = expand_inputs(list(inputs))
     durations = [item.duration_s for item in items]
     progress = BatchProgress(len(items), None if None in durations else sum(durations), stream)
     key = settings_key(vars(settings) | {"formats": tuple(formats)})
