@@ -71,12 +71,17 @@ def check_writable(path: str | os.PathLike[str], what: str, option: str | None =
     try:
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
-        os.close(fd)
-        os.unlink(tmp)
+        probe_folder(path.parent)
     except OSError as exc:
         raise write_failure(exc, path, what, option) from None
+
+
+def probe_folder(folder: str | os.PathLike[str]) -> None:
+    """Make ``folder`` (as a write would) and write a temporary file in it, raising the
+    ``OSError`` a later write there would meet (read-only, full, a file in the way)."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=folder):
+        pass
 
 
 def _umask() -> int:
