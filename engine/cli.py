@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     msub = m.add_subparsers(dest="models_command", metavar="ACTION", required=True)
     msub.add_parser("list", help="known models and whether they are cached")
     for name, helptext in (("pull", "download and verify a model"), ("path", "print a model's directory"),
-                           ("verify", "check a cached model's checksum")):
+                           ("verify", "check a cached model's (or a model folder's) checksums")):
         p = msub.add_parser(name, help=helptext)
         p.add_argument("name")
 
@@ -363,16 +363,27 @@ def _models(args) -> int:
         return 0
     if args.models_command == "pull":
         cached = model_store.is_pulled(args.name) if args.name in model_store.REGISTRY else False
-        whole = cached and model_store.verify_quietly(args.name)
-        if cached and not whole:
-            print(f"{args.name}: the cached copy fails its checksum: pulling it again", file=sys.stderr)
+        problem = None
+        if cached:
+            try:
+                model_store.verify(args.name)
+            except SpecWhisperError as exc:
+                problem = exc.what
+                print(f"{args.name}: {problem} ({exc.where}): repairing it", file=sys.stderr)
         path = model_store.pull(args.name, repair=True)
-        print(f"{args.name}: {'already cached (checksum verified)' if whole else 'pulled'} at {path}")
+        state = "repaired" if problem else "already cached (checksum verified)" if cached else "pulled"
+        print(f"{args.name}: {state} at {path}")
         return 0
     if args.models_command == "path":
         print(model_store.resolve_model(args.name, download=False))
         return 0
     if args.models_command == "verify":
+        if args.name not in model_store.REGISTRY and Path(args.name).expanduser().is_dir():
+            checked = model_store.verify_folder(Path(args.name).expanduser())
+            print(f"{args.name}: ok ({checked} files match the checksums in its model_card.json)" if checked else
+                  f"{args.name}: files present and config.json valid; no model_card.json, so its bytes cannot be "
+                  "checked (models converted with 'specwhisper convert' carry one)")
+            return 0
         digest = model_store.verify(args.name)
         print(f"{args.name}: ok (model.bin sha256 {digest})")
         return 0

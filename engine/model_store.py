@@ -222,7 +222,17 @@ def check_model_dir(path: Path) -> None:
 
 
 def verify(name: str) -> str:
-    """Check a pulled model's files and model.bin checksum; returns the sha256."""
+    """Check a pulled model's files and model.bin checksum, and its int8 copy (where made) against
+    the checksums recorded when it was made: the copy is what int8 runs load. Returns the sha256."""
+    digest = _verify_weights(name)
+    copy = models_dir() / f"{name}-int8"
+    if all((copy / f).is_file() for f in REQUIRED_FILES):
+        verify_folder(copy, hint=f"run: specwhisper models pull {name} (the int8 copy is made again from the "
+                                 "verified weights)")
+    return digest
+
+
+def _verify_weights(name: str) -> str:
     spec = _spec(name)
     path = model_path(name)
     if not is_pulled(name):
@@ -235,21 +245,55 @@ def verify(name: str) -> str:
     return digest
 
 
+def verify_folder(path: Path, hint: str = "convert the model again") -> int:
+    """Check a model folder's files against the sha256 that its ``model_card.json`` recorded when
+    it was written (a converted model, the store's int8 copies); returns how many files were
+    checked: 0 where there is no card (then only the files and config.json are checked)."""
+    import json
+
+    from specwhisper.converters.model_card import CARD_NAME
+
+    check_model_dir(path)
+    card = path / CARD_NAME
+    if not card.is_file():
+        return 0
+    try:
+        entries = [(e["name"], e["sha256"], e["bytes"]) for e in json.loads(card.read_text(encoding="utf-8"))["outputs"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ModelError(f"{CARD_NAME} is unreadable", where=str(card), hint=hint) from None
+    for file_name, digest, size in entries:
+        file = path / file_name
+        if not file.is_file():
+            raise ModelError(f"{file_name}, recorded in {CARD_NAME}, is missing", where=str(path), hint=hint)
+        if file.stat().st_size != size or sha256_file(file) != digest:
+            raise ModelError(f"{file_name} does not match the checksum recorded when the model was written: "
+                             "the file is damaged or was changed", where=str(file), hint=hint)
+    return len(entries)
+
+
 STALE_STAGING_S = 3600.0  # a pull's staging folder untouched this long was left by a killed pull
 
 
 def pull(name: str, *, quiet: bool = False, repair: bool = False) -> Path:
     """Fetch, join and verify a registry model into the cache; a second pull does nothing, or with
     ``repair`` (``specwhisper models pull``) checks the copy's checksum first and replaces a damaged
-    one (and the int8 copy made from it). The model appears whole or not at all: it is staged in a
+    one (and the int8 copy made from it), or removes a damaged int8 copy of whole weights (made
+    again at its next use). The model appears whole or not at all: it is staged in a
     temporary folder and renamed; a pull killed on the way leaves only that folder, removed by a
     later pull once it is an hour old (a younger one may be another pull under way)."""
     spec = _spec(name)
     dest = model_path(name)
     if is_pulled(name):
-        if not repair or verify_quietly(name):
+        if not repair:
             return dest
-        shutil.rmtree(models_dir() / f"{name}-int8", ignore_errors=True)  # made from the damaged weights
+        try:
+            _verify_weights(name)
+        except ModelError:
+            shutil.rmtree(models_dir() / f"{name}-int8", ignore_errors=True)  # made from the damaged weights
+        else:
+            if not verify_quietly(name):  # the weights hold and their int8 copy does not: made again at next use
+                shutil.rmtree(models_dir() / f"{name}-int8", ignore_errors=True)
+            return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_staging(name)
     with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=dest.parent) as tmp:

@@ -37,6 +37,7 @@ from .features import (
     window_features,
 )
 from .hallucination import cut_hallucinations
+from .language_detection import vote_language
 from .model_store import resolve_model
 from .pipeline import EncoderAhead
 from .policy import (
@@ -226,7 +227,8 @@ class WhisperEngine:
             self.selftest_result = self.lm.selftest()
             if self.selftest_result.row_floor is None:
                 warnings.warn("batch-invariance self-test failed on this machine: decoding single-row with "
-                              "speculation off", stacklevel=2)
+                              "speculation off (damaged weights fail it too: check them with 'specwhisper models "
+                              f"verify {model if isinstance(model, str) else self.model_dir}')", stacklevel=2)
         elif not self.lm.has_step_api:
             warnings.warn("this CTranslate2 build has no step API (prefill/forward_step): transcribing with "
                           "CT2 generate(); speculative decoding is unavailable here", stacklevel=2)
@@ -387,8 +389,7 @@ class WhisperEngine:
         return None
 
     def _detect_language(self, run: _Run, waveform: np.ndarray, mel: np.ndarray, n_content: int) -> None:
-        """The language of the first window(s) from the first clip on (faster-whisper's rule: the
-        first window whose likeliest language passes the threshold, else the most frequent; its
+        """The language of the first window(s) from the first clip on (``vote_language``; the
         windows are ``window_frames`` long, as faster-whisper's ``nb_max_frames``)."""
         if not self.tokenizer.multilingual:
             run.language = "en"
@@ -396,26 +397,23 @@ class WhisperEngine:
         t0 = time.perf_counter()
         first, first_end = seek_clips(run.opts.clip_timestamps, n_content)[0]
         first, first_end = (first, first_end) if first < n_content else (0, n_content)
-        votes: dict[str, list[float]] = {}
-        window = run.opts.window_frames
-        for i in range(run.opts.language_detection_segments):
-            start = first + i * window
-            if i and start >= n_content:
-                break
-            end = min(start + window, first_end if i == 0 else n_content)
-            features = self._window_features(run, waveform, mel, start, end, silence_ok=True)
-            t1 = time.perf_counter()
-            encoder_output = self.lm.encode(features)
-            if i == 0:
-                run.first_encoded = (start, end, encoder_output, time.perf_counter() - t1)
-            run.language_probs = self.lm.language_probs(encoder_output)
-            run.language, run.language_prob = run.language_probs[0]
-            if run.language_prob > run.opts.language_detection_threshold:
-                break
-            votes.setdefault(run.language, []).append(run.language_prob)
-        else:
-            run.language = max(votes, key=lambda code: len(votes[code]))
-            run.language_prob = max(votes[run.language])
+
+        def windows() -> Iterator[list[tuple[str, float]]]:
+            window = run.opts.window_frames
+            for i in range(run.opts.language_detection_segments):
+                start = first + i * window
+                if i and start >= n_content:
+                    return
+                end = min(start + window, first_end if i == 0 else n_content)
+                features = self._window_features(run, waveform, mel, start, end, silence_ok=True)
+                t1 = time.perf_counter()
+                encoder_output = self.lm.encode(features)
+                if i == 0:
+                    run.first_encoded = (start, end, encoder_output, time.perf_counter() - t1)
+                yield self.lm.language_probs(encoder_output)
+
+        run.language, run.language_prob, run.language_probs = vote_language(
+            windows(), run.opts.language_detection_threshold)
         run.timings["language_s"] += time.perf_counter() - t0 - (run.first_encoded[3] if run.first_encoded else 0)
 
     def _transcribe_fixed(self, run: _Run, waveform: np.ndarray, mel: np.ndarray,

@@ -30,9 +30,11 @@ from .audio import SAMPLE_RATE, load_audio
 from .decoding_options import check_chunk_length
 from .errors import OptionError, SpecWhisperError
 from .fallback import LADDER
+from .language_detection import feature_windows, vote_language
 from .model_store import REGISTRY, resolve_model
 from .results import WindowResult
 from .tokenizer import LANGUAGE_CODES
+from .transcribe_options import checked_options
 from .transcriber import WhisperEngine
 from .vad import VadOptions
 from .word_timestamps import Word
@@ -189,10 +191,13 @@ class WhisperModel:
                         vad_filter: bool = False, vad_parameters: dict | Any | None = None,
                         language_detection_segments: int = 1,
                         language_detection_threshold: float = 0.5) -> tuple[str, float, list[tuple[str, float]]]:
-        """(language, probability, every language's probability) of the first window(s) of speech."""
+        """(language, probability, every language's probability) of the first window(s) of speech,
+        from ``audio`` or from log-mel ``features`` (faster-whisper's extractor's, [n_mels, frames])."""
+        if audio is None and features is None:
+            raise SpecWhisperError("detect_language needs audio or features", where="audio",
+                                   hint="pass a 16 kHz waveform")
         if audio is None:
-            raise SpecWhisperError("detect_language needs audio", where="audio",
-                                   hint="pass a 16 kHz waveform (features are not accepted here)")
+            return self._language_of_features(features, language_detection_segments, language_detection_threshold)
         waveform = _waveform(audio)
         if vad_filter and waveform.size:
             from .vad import collect_chunks, get_speech_timestamps, vad_options_from
@@ -207,6 +212,16 @@ class WhisperModel:
                                     language_detection_threshold=language_detection_threshold, timestamps="off")
         probs = stream.language_probs or [(stream.language, stream.language_probability)]
         return stream.language, stream.language_probability, probs
+
+    def _language_of_features(self, features, segments: int, threshold: float
+                              ) -> tuple[str, float, list[tuple[str, float]]]:
+        lm = self.engine.lm
+        opts = checked_options("WhisperModel.detect_language", language_detection_segments=segments,
+                               language_detection_threshold=threshold)
+        windows = feature_windows(features, lm.n_mels, opts.language_detection_segments)
+        with lm.lock:
+            return vote_language((lm.language_probs(lm.encode(window)) for window in windows),
+                                 opts.language_detection_threshold)
 
 
 def _clip_spans(clips) -> list[tuple[float, float]]:

@@ -97,6 +97,16 @@ def test_two_inputs_for_one_name_and_missing_inputs_are_errors(tmp_path):
     (tmp_path / "b" / "y.wav").write_bytes(b"")
     with pytest.raises(SpecWhisperError, match="same outputs"):  # one file on macOS and Windows
         expand_inputs([str(tmp_path / "a" / "Y.flac"), str(tmp_path / "b" / "y.wav")])
+    manifest = tmp_path / "m.jsonl"  # two rows for one name: the error names the second row
+    manifest.write_text('{"path": "a/x.flac", "name": "n"}\n{"path": "b/x.flac", "name": "n"}\n')
+    with pytest.raises(SpecWhisperError, match="same outputs") as err:
+        expand_inputs([str(manifest)])
+    assert err.value.where == f"{manifest}:2" and "manifest row" in err.value.hint
+    table = tmp_path / "m.csv"  # an unquoted comma made a third field, which was dropped
+    table.write_text("path,name\na/x.flac,one\nb/x.flac,two,three\n")
+    with pytest.raises(SpecWhisperError, match="3 fields under a header of 2") as err:
+        expand_inputs([str(table)])
+    assert err.value.where == f"{table}:3"
 
 
 def test_cli_refuses_bad_options_before_loading_a_model(tmp_path, capsys):
@@ -140,6 +150,12 @@ def test_process_pool_equals_sequential_resumes_and_redoes_what_changed(tmp_path
     again = transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json", "srt"), workers=2, **options)
     assert [o.status for o in again.outcomes] == ["skipped"] * 4
     assert all(o.worker == "driver" for o in again.outcomes)  # verified without loading a model
+    fewer = transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("srt",), **options)
+    assert [o.status for o in fewer.outcomes] == ["skipped"] * 4  # formats recorded: nothing to redo
+    more = transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json", "txt"), **options)
+    assert [o.status for o in more.outcomes] == ["done"] * 4  # a format not recorded: run again
+    assert len(list((tmp_path / "pool").rglob("*.txt"))) == 4
+    transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json", "srt"), **options)
 
     victim = next((tmp_path / "pool").rglob("*.srt"))
     victim.write_text(victim.read_text()[:-5])  # an output cut short is not whole: done again

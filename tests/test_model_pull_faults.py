@@ -108,6 +108,39 @@ def test_a_damaged_model_is_found_by_verify_and_repaired_by_pull(store, served, 
     assert "checksum mismatch" in capsys.readouterr().err
     assert main(["models", "pull", "fake"]) == 0
     out = capsys.readouterr()
-    assert "fails its checksum: pulling it again" in out.err and "pulled at" in out.out
+    assert "checksum mismatch" in out.err and "repaired at" in out.out
     assert main(["models", "verify", "fake"]) == 0
     assert main(["models", "pull", "fake"]) == 0 and "already cached (checksum verified)" in capsys.readouterr().out
+
+
+def _flip_a_byte(path: Path) -> None:
+    with path.open("r+b") as fh:
+        fh.seek(path.stat().st_size // 2)
+        byte = fh.read(1)
+        fh.seek(path.stat().st_size // 2)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_a_damaged_int8_copy_is_found_by_verify_and_made_again(store, served, capsys, tmp_path):
+    """int8 runs load the store's int8 copy, not the pulled weights: verify checks it against the
+    checksums recorded when it was made, pull removes a damaged one and the next use makes it again.
+    A folder is verified against its model_card.json."""
+    model_store.pull("fake", quiet=True)
+    copy = model_store.int8_copy("fake")
+    made = _sha(copy / "model.bin")
+    assert main(["models", "verify", str(copy)]) == 0 and "match the checksums" in capsys.readouterr().out
+    _flip_a_byte(copy / "model.bin")
+    assert main(["models", "verify", "fake"]) == 2
+    err = capsys.readouterr().err
+    assert "does not match the checksum recorded" in err and str(copy / "model.bin") in err
+    assert main(["models", "verify", str(copy)]) == 2
+    assert main(["models", "pull", "fake"]) == 0
+    assert "repaired at" in capsys.readouterr().out and not copy.exists()
+    assert _sha(model_store.int8_copy("fake") / "model.bin") == made
+    assert main(["models", "verify", "fake"]) == 0
+    bare = tmp_path / "bare"  # a model folder without a card: its files are checked, not its bytes
+    bare.mkdir()
+    for name in FILES:
+        (bare / name).write_bytes((copy / name).read_bytes() if (copy / name).is_file() else b"{}")
+    (bare / "config.json").write_bytes((copy / "config.json").read_bytes())
+    assert main(["models", "verify", str(bare)]) == 0 and "no model_card.json" in capsys.readouterr().out

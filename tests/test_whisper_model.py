@@ -234,6 +234,23 @@ def test_batched_clip_timestamps_and_detection_segments_are_checked(model, jfk_p
         model.detect_language(jfk_path, language_detection_segments=0)
 
 
+def test_detect_language_from_features_equals_from_audio(model, jfk_path):
+    """faster-whisper's detect_language takes log-mel features instead of audio; the same
+    features as the audio's give the same answer, bit for bit."""
+    from specwhisper.features import log_mel_spectrogram
+
+    audio = decode_audio(jfk_path)
+    expected = model.detect_language(audio)
+    features = log_mel_spectrogram(audio, n_mels=80)[:, :-1]  # as transcribe reads it: the last frame has no audio
+    assert model.detect_language(features=features) == expected
+    assert model.detect_language(features=features[None])[0] == expected[0] == "en"  # [1, n_mels, frames]
+    for bad in (features[:40], features.astype(np.int16), np.full((80, 10), np.nan, np.float32), "x", [[1.0], [2]]):
+        with pytest.raises(OptionError, match="features"):
+            model.detect_language(features=bad)
+    with pytest.raises(OptionError, match="language_detection_segments"):
+        model.detect_language(features=features, language_detection_segments=0)
+
+
 @pytest.mark.parametrize("bad", [0, -5, 31, 40, 10.0, 10.5, "10", True])
 def test_chunk_length_outside_whole_seconds_1_to_30_is_a_clear_error(model, jfk_path, bad):
     """faster-whisper 1.2.1 hangs (0), repeats its first segment forever (negative), raises a

@@ -26,8 +26,9 @@ class BatchItem:
     """One input file. ``name``: its outputs' path under the output directory without the format's
     suffix (``a/b`` -> ``DIR/a/b.json``): the stem for a file, the path below the folder for a
     folder's files (so ``disc1/track01`` and ``disc2/track01`` do not collide), a manifest's ``name``
-    column where given. ``duration_s``: read from the file's header where cheap, else None. A piece
-    of a long file (``batch.pieces``) has its file's name as ``parent`` and its span in seconds."""
+    column where given (``origin``: that manifest line). ``duration_s``: read from the file's header
+    where cheap, else None. A piece of a long file (``batch.pieces``) has its file's name as
+    ``parent`` and its span in seconds."""
 
     path: str
     name: str
@@ -35,6 +36,7 @@ class BatchItem:
     start_s: float | None = None
     end_s: float | None = None
     parent: str | None = None
+    origin: str | None = None  # where a manifest named it (``file:line``), for errors
 
 
 def expand_inputs(inputs: list[str]) -> list[BatchItem]:
@@ -94,7 +96,7 @@ def read_manifest(path: Path) -> list[BatchItem]:
             raise SpecWhisperError(f"a name must be a relative path inside the output folder, not {name!r}",
                                    where=where, hint="use names such as call-0001 or 2026/call-0001 (without "
                                    f"@, not under {' or '.join(RESERVED)})")
-        items.append(BatchItem(str(audio_path), name))
+        items.append(BatchItem(str(audio_path), name, origin=where))
     return items
 
 
@@ -121,7 +123,14 @@ def _csv_rows(path: Path) -> list[tuple[int, dict]]:
         if reader.fieldnames is None or "path" not in reader.fieldnames:
             raise SpecWhisperError("a CSV manifest needs a header with a path column", where=str(path),
                                    hint="first line e.g.: path,name")
-        return [(reader.line_num, row) for row in reader]
+        rows = []
+        for row in reader:
+            if None in row:  # DictReader's key for the fields past the header's
+                raise SpecWhisperError(f"a row with {len(reader.fieldnames) + len(row[None])} fields under a header of "
+                                       f"{len(reader.fieldnames)}", where=f"{path}:{reader.line_num}",
+                                       hint="quote a path or name that holds a comma, e.g. \"a,b.flac\"")
+            rows.append((reader.line_num, row))
+        return rows
     except csv.Error as exc:
         raise SpecWhisperError(f"not CSV: {exc}", where=f"{path}:{reader.line_num}",
                                hint="write a header line (path,name) and one row a file") from None
@@ -153,7 +162,8 @@ def unique_names(items: list[BatchItem], hint: str = BATCH_NAMES_HINT) -> list[B
             unique.append(item)
         elif other != real:
             raise SpecWhisperError(f"two inputs would write the same outputs ({item.name}.*): {other} and {item.path}",
-                                   where=item.path, hint=hint)
+                                   where=item.origin or item.path,
+                                   hint="give each manifest row its own name" if item.origin else hint)
     return unique
 
 

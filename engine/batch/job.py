@@ -46,9 +46,9 @@ def run_batch(inputs: list[str], output_dir: str, settings: argparse.Namespace, 
     output_dir = _usable_output_dir(output_dir)
     durations = [item.duration_s for item in items]
     progress = BatchProgress(len(items), None if None in durations else sum(durations), stream)
-    key = settings_key(vars(settings) | {"formats": tuple(formats)})
+    key = settings_key(vars(settings))
     outcomes: dict[str, Outcome] = {}
-    pending = _not_done(items, output_dir, key, progress, outcomes, on_outcome)
+    pending = _not_done(items, output_dir, key, formats, progress, outcomes, on_outcome)
     if not pending:  # nothing to do: no model loads, no cluster is joined
         return BatchReport([outcomes[item.name] for item in items], progress)
     units, plans = _work_units(pending, getattr(settings, "piece_s", None))
@@ -157,12 +157,14 @@ def _stitched(output_dir: str, item: BatchItem, pieces: list[BatchItem], method:
                    worker="driver")
 
 
-def _not_done(items: list[BatchItem], output_dir: str, key: str, progress: BatchProgress,
+def _not_done(items: list[BatchItem], output_dir: str, key: str, formats: tuple[str, ...], progress: BatchProgress,
               outcomes: dict[str, Outcome], on_outcome) -> list[BatchItem]:
-    """The items still to do; those whose outputs are there and verified are reported skipped."""
+    """The items still to do; those whose outputs (in ``formats``) are there and verified are reported skipped."""
+    from .worker import output_files
+
     pending = []
     for item in items:
-        if not is_done(output_dir, item.name, item.path, key):
+        if not is_done(output_dir, item.name, item.path, key, output_files(output_dir, item.name, formats)):
             pending.append(item)
             continue
         outcome = Outcome(item.path, item.name, "skipped", audio_s=item.duration_s or 0.0, worker="driver")

@@ -3,7 +3,8 @@
 output written. A rerun skips an input only where its record matches and every output still has
 the bytes recorded: an output edited, cut short or deleted, an input replaced, or an option that
 changes the text makes it run again. Drafters, thread counts and workers are left out of the key:
-they change speed, never text."""
+they change speed, never text. So are the output formats: a rerun that asks for fewer of them
+finds them recorded and redoes nothing; one that asks for a format not recorded runs the input again."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ TEXT_OPTIONS = ("model", "compute_type", "device", "language", "task", "numerics
                 "initial_prompt", "condition_on_previous_text", "audio_ctx", "temperature", "seed", "timestamps",
                 "beam_size", "word_timestamps", "vad", "vad_threshold", "vad_min_silence_ms", "batch_size",
                 "max_line_width", "max_words_per_line", "hallucination_silence_threshold", "encoder", "batch_decoder",
-                "formats", "piece_s")
+                "piece_s")
 
 
 # The options that change speed only (drafting, threads, where it runs) or say what to do with the
@@ -57,13 +58,15 @@ def write_record(output_dir: str | Path, name: str, audio_path: str, key: str, o
     return atomic_write_text(record_path(output_dir, name), json.dumps(record, indent=1) + "\n")
 
 
-def is_done(output_dir: str | Path, name: str, audio_path: str, key: str) -> bool:
-    """True where ``name``'s outputs are there with the recorded bytes, for this input and these options."""
+def is_done(output_dir: str | Path, name: str, audio_path: str, key: str, wanted: list[Path] = ()) -> bool:
+    """True where ``name``'s outputs are there with the recorded bytes, for this input and these
+    options, and every file of ``wanted`` (the outputs this run asks for) is among them."""
     try:
         record = json.loads(record_path(output_dir, name).read_text(encoding="utf-8"))
         stamp = input_stamp(audio_path)
         if (record["settings"] != key or record["size"] != stamp["size"] or record["mtime_ns"] != stamp["mtime_ns"]
-                or record["input"] != os.path.abspath(audio_path)):
+                or record["input"] != os.path.abspath(audio_path)
+                or not {str(Path(p).relative_to(output_dir)) for p in wanted} <= record["outputs"].keys()):
             return False
         return all(sha256_file(Path(output_dir) / rel) == digest for rel, digest in record["outputs"].items())
     except (OSError, ValueError, KeyError, TypeError):  # no record, a damaged one, an output gone: do it again

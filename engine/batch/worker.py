@@ -98,7 +98,7 @@ class BatchWorker:
             setattr(self.settings, option, str(local))
         self.output_dir = output_dir
         self.formats = formats
-        self.key = ledger.settings_key(vars(settings) | {"formats": tuple(formats)})
+        self.key = ledger.settings_key(vars(settings))
         self.cues = check_decoding_options(for_checks(self.settings, formats))
         self.engine, self._transcribe = open_transcriber(self.settings)
         if decisions is None:  # the job's first engine (the driver's own): it decides for the job
@@ -111,8 +111,9 @@ class BatchWorker:
         """Transcribe ``item`` unless its outputs are there and verified; never raises for a bad
         file (the outcome says what went wrong), so one file cannot stop the others."""
         start = time.perf_counter()
-        record = item.name if item.parent is None else piece_record_name(item.name)
-        if ledger.is_done(self.output_dir, record, item.path, self.key):
+        record, wanted = ((item.name, output_files(self.output_dir, item.name, self.formats)) if item.parent is None
+                          else (piece_record_name(item.name), []))
+        if ledger.is_done(self.output_dir, record, item.path, self.key, wanted):
             return Outcome(item.path, item.name, "skipped", audio_s=item.duration_s or 0.0, worker=self.name)
         try:
             stamp = ledger.input_stamp(item.path)
