@@ -26,6 +26,8 @@ def load_audio(source: AudioInput, sample_rate: int | None = None) -> np.ndarray
     for compressed and video formats when the ``[av]`` extra is installed.
     """
     if isinstance(source, np.ndarray):
+        if source.dtype.kind == "f":
+            check_float_range(source, "array")
         return _normalise(source, SAMPLE_RATE if sample_rate is None else sample_rate, "array")
     if hasattr(source, "read"):  # an open file (binary), as faster-whisper's decode_audio takes
         source = source.read()
@@ -129,6 +131,21 @@ def _normalise(data: np.ndarray, rate: int, where: str) -> np.ndarray:
 
         data = soxr.resample(data, rate, SAMPLE_RATE, quality="HQ").astype(np.float32, copy=False)
     return _check(data, where)
+
+
+# Float samples are in [-1, 1]; a float recording may peak a little above 1, never +24 dB. A peak
+# past this is integer PCM cast to float without scaling (jfk * 32767 transcribed "No, no, no.").
+MAX_FLOAT_PEAK = 16.0
+
+
+def check_float_range(samples: np.ndarray, where: str) -> None:
+    """Refuse float samples far outside [-1, 1] (int16 values cast to float, the common mistake):
+    Whisper's features assume that scale, and such audio decodes to nonsense without a word."""
+    with np.errstate(invalid="ignore"):
+        peak = float(np.nanmax(np.abs(samples), initial=0.0)) if samples.size else 0.0
+    if peak > MAX_FLOAT_PEAK and np.isfinite(peak):
+        raise AudioError(f"float samples reach {peak:g}: float audio must be in [-1, 1]", where=where,
+                         hint="divide 16-bit samples by 32768 (or pass the int16 array itself, which is scaled)")
 
 
 def _check(audio: np.ndarray, where: str) -> np.ndarray:

@@ -42,8 +42,8 @@ def add_fw_args(t: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-size", type=int, default=None, metavar="N",
                    help="faster-whisper's BatchedInferencePipeline: VAD speech chunks of up to 30 s decoded as "
                         "independent windows (implies --vad; no previous text, first temperature only, no "
-                        "timestamps unless --timestamps on). Chunks are decoded one after another for now, so "
-                        "N does not change the text")
+                        "timestamps unless --timestamps on). N chunks decode in lockstep where the invariant decoder "
+                        "runs, else one after another; N never changes the text")
     g.add_argument("--max-line-width", type=int, default=None, metavar="N",
                    help="srt/vtt: wrap each cue's text into lines of at most N characters, breaking between "
                         "words (needs --word-timestamps: an error without it)")

@@ -10,11 +10,13 @@ as a JSON line (``type`` commit or tentative, ``text``, ``start_s``, ``end_s``, 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
 
 from .cli_audio import audio_source
+from .live import MAX_STEP_S, MIN_STEP_S
 
 
 def add_stream_parser(sub, add_model_args) -> None:
@@ -26,7 +28,8 @@ def add_stream_parser(sub, add_model_args) -> None:
     add_model_args(s)
     s.add_argument("--language", default=None, help="language code (default: detect on the first words)")
     s.add_argument("--task", default="transcribe", choices=["transcribe", "translate"])
-    s.add_argument("--step", type=float, default=1.0, help="seconds of new audio between passes (default 1)")
+    s.add_argument("--step", type=step_seconds, default=1.0, help="seconds of new audio between passes (default 1; "
+                                                                  f"{MIN_STEP_S:g} to {MAX_STEP_S:g})")
     s.add_argument("--realtime", action="store_true", help="play a file or stdin at real time (default: "
                                                            "as fast as the passes run)")
     s.add_argument("--output-format", default="txt", choices=["txt", "json"],
@@ -37,6 +40,17 @@ def add_stream_parser(sub, add_model_args) -> None:
     s.add_argument("--audio-ctx", default="auto", help="encoder context of a pass: auto (fitted to the buffer, "
                                                        "default) or full")
     s.add_argument("--stats", action="store_true", help="print pass counts, decoder calls and acceptance at the end")
+
+
+def step_seconds(value: str) -> float:
+    """An argparse type: a pass's step in seconds, in the range the stream takes (argparse names --step)."""
+    try:
+        step = float(value)
+    except ValueError:
+        step = float("nan")
+    if not MIN_STEP_S <= step <= MAX_STEP_S:
+        raise argparse.ArgumentTypeError(f"must be seconds from {MIN_STEP_S:g} to {MAX_STEP_S:g}, got {value!r}")
+    return step
 
 
 def run_stream(args) -> int:
@@ -52,8 +66,12 @@ def run_stream(args) -> int:
     show = _json_printer() if args.output_format == "json" else _text_printer(sys.stdout.isatty())
     t0 = time.perf_counter()
     try:
-        for event in stream.events(chunks):
-            show(event)
+        try:
+            for event in stream.events(chunks):
+                show(event)
+        except KeyboardInterrupt:  # how a microphone session ends: what was heard is still decoded and committed
+            for event in stream.finish():
+                show(event)
     finally:
         show(None)
     if args.stats:

@@ -69,9 +69,11 @@ def _graph_backends_line() -> str:
 
     have = [name for name in ("onnxruntime", "openvino") if _installed(name)]
     line = f"{', '.join(have) or 'none'} installed"
-    if "openvino" not in have and _cpu_has_bf16():
-        line += ("; this CPU multiplies bfloat16 in hardware: pip install 'specwhisper[openvino]' for the "
-                 "OpenVINO encoder (--encoder auto then times it too)")
+    if not _cpu_has_bf16():
+        return line + "; this CPU has no bfloat16 dot products (AVX512_BF16, AMX): OpenVINO would compute in float32"
+    line += "; this CPU multiplies bfloat16 in hardware"
+    if "openvino" not in have:
+        line += ": pip install 'specwhisper[openvino]' for the OpenVINO encoder (--encoder auto then times it too)"
     return line
 
 

@@ -114,9 +114,8 @@ class CommandListener(ChunkConsumer):
         check_consumer_args("a listener", "engine.listen", sample_rate, options, SET_BY_LISTENER,
                             "the listener decides what audio each decoding gets")
         options.setdefault("audio_ctx", "auto")
-        checked_options("engine.listen", language=language, task=task, **options)  # every option checked now
-        if language is not None:
-            engine.tokenizer.sot_sequence(language, task)  # a code this model knows
+        checked_options("engine.listen", SET_BY_LISTENER, language=language, task=task, **options)  # all checked now
+        language = engine.tokenizer.checked_language(language)  # a code this model knows
         self.engine, self.language, self.task = engine, language, task
         self._options = options
         self.detector = make_detector(endpointing, vad_threshold, energy_threshold_db)

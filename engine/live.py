@@ -13,7 +13,8 @@ commits what two consecutive passes agree on. This module runs that policy on th
 * where a committed segment is closed (its end timestamp agreed), the buffer is **trimmed** at
   its end (the later of the two passes' ends: an end is a guess that can fall inside the last
   words): later passes decode only what is not final, so a pass costs what is new, not what was
-  said a minute ago. A buffer that reaches ``max_buffer_s`` (15 s, whisper_streaming's default)
+  said a minute ago. A buffer that reaches ``max_buffer_s`` (15 s, whisper_streaming's default,
+  or two steps where they are longer)
   with no committed segment end is cut after its last committed word (word timestamps, one extra
   decoding; also where nothing was agreed and the pass found no segment end: the audio after its
   last word stays): memory stays bounded, and a long forced prefix cannot drag the decoder on (a digit
@@ -31,7 +32,13 @@ commits what two consecutive passes agree on. This module runs that policy on th
   sure if I'm not mistaken" pass after pass at -0.7 to -1.6 while sure passes run -0.1 to -0.55,
   and two such passes agreed; the buffer then grows until a pass hears enough to be sure; a pass
   that looped (cut, or creeping) is unsure too: cut loops still agreed on their first turns
-  ("1, 2, 3, 6" of "2, 3, 6, 2, 3, 6, ...") and the trimmed buffer lost the sentence after them;
+  ("1, 2, 3, 6" of "2, 3, 6, 2, 3, 6, ...") and the trimmed buffer lost the sentence after them.
+  A pass that **copies its prompt** (8 tokens in a row of the committed text before the buffer)
+  with more text than its audio could hold (over ``SPEECH_TOKENS_PER_S``: Whisper's way with a tail
+  of too little speech; speech that repeats itself is not flagged) is unsure too. The last pass
+  (``finish``) commits all it hears, unless it looped or the model says it holds no speech
+  (``NO_SPEECH_LAST``): then only what the pass before said too (on half a second left after a
+  trim base looped on the committed sentence, 0.66 no speech);
 * the previous pass's tokens after the committed prefix are the **draft hint** of the next pass
   (``TranscribeOptions.draft_hint``, ``drafters/previous_pass.py``): most of a pass repeats the
   one before, and the verifier makes that repetition cheap without changing a token.
@@ -56,7 +63,7 @@ from .backend import MAX_POSITIONS
 from .errors import OptionError, SpecWhisperError
 from .fallback import COMPRESSION_RATIO_THRESHOLD, compression_ratio
 from .features import N_FRAMES
-from .live_agreement import agreed_length, creeping_loop, cut_repetition
+from .live_agreement import agreed_length, copies_prompt, creeping_loop, cut_repetition
 from .live_input import ChunkConsumer, ChunkQueue, check_consumer_args
 from .results import WindowResult
 from .timestamps import SECONDS_PER_TIMESTAMP
@@ -66,7 +73,10 @@ from .transcriber import LOOP_TOKENS_MIN, LOOP_TOKENS_PER_S, SILENCE_PEAK, Whisp
 WINDOW_SAMPLES = N_FRAMES * 160  # one pass sees at most one 30 s window
 SAMPLES_PER_TIMESTAMP = round(SECONDS_PER_TIMESTAMP * SAMPLE_RATE)
 MIN_STEP_S, MAX_STEP_S = 0.1, 10.0
+MAX_BUFFER_S = 15.0  # whisper_streaming's default; at least two steps
 LOOP_MARGIN = 16  # tokens a pass may emit beyond the previous pass's and a step's worth (see _run)
+SPEECH_TOKENS_PER_S = 8.0  # more text than anyone speaks (English runs 3-5 tokens a second): see _run
+NO_SPEECH_LAST = 0.6  # the last pass commits only what the pass before agreed on above this (Whisper's threshold)
 LOW_CONFIDENCE = -0.65  # a pass whose mean token log-probability is below this commits nothing (see _pass)
 EMPTY_KEEP_S = 1.0  # a pass that hears no words keeps this much of the buffer: a word may be starting
 # Committed tokens kept as the prompt: about whisper_streaming's 200 characters. Every pass
@@ -135,17 +145,19 @@ class LiveStream(ChunkConsumer):
     forced only where it disagrees). ``totals``: counts and seconds summed over the decodings."""
 
     def __init__(self, engine: WhisperEngine, language: str | None = None, task: str = "transcribe",
-                 step_s: float = 1.0, *, max_buffer_s: float = 15.0, previous_pass_drafts: bool = True,
+                 step_s: float = 1.0, *, max_buffer_s: float | None = None, previous_pass_drafts: bool = True,
                  force_committed: bool = True,
                  on_pass: Callable[[PassRecord], None] | None = None, sample_rate: int = SAMPLE_RATE,
                  **options) -> None:
         if isinstance(step_s, bool) or not isinstance(step_s, Real) or not MIN_STEP_S <= step_s <= MAX_STEP_S:
             raise OptionError(f"step_s must be a number of seconds in [{MIN_STEP_S}, {MAX_STEP_S}], got {step_s!r}",
                               where="step_s", hint="use e.g. 1.0 (a pass every second of new audio)")
+        if max_buffer_s is None:
+            max_buffer_s = max(MAX_BUFFER_S, 2 * step_s)
         if isinstance(max_buffer_s, bool) or not isinstance(max_buffer_s, Real) or \
                 not 2 * step_s <= max_buffer_s <= WINDOW_SAMPLES / SAMPLE_RATE - step_s:
             raise OptionError(f"max_buffer_s must be between twice step_s and 30 s less step_s, got {max_buffer_s!r}",
-                              where="max_buffer_s", hint="use e.g. 15 (the default)")
+                              where="max_buffer_s", hint="leave it out (15 s, or two steps where they are longer)")
         check_consumer_args("a live stream", "engine.stream", sample_rate, options, SET_BY_STREAM,
                             "the stream sets timestamps, prefix and draft hints itself; "
                             "word timestamps, clips and chunk_length (a pass decodes one window of up to "
@@ -154,9 +166,8 @@ class LiveStream(ChunkConsumer):
         # Greedy passes: a pass that loops is unsure and commits nothing (the next pass, a second
         # later, decodes the buffer again), so a ladder would only spend the step's time on samples.
         options.setdefault("temperature", 0.0)
-        opts = checked_options("engine.stream", language=language, task=task, **options)  # every option checked now
-        if language is not None:
-            engine.tokenizer.sot_sequence(language, task)  # a code this model knows
+        opts = checked_options("engine.stream", SET_BY_STREAM, language=language, task=task, **options)  # all checked now
+        language = engine.tokenizer.checked_language(language)  # a code this model knows
         self.engine, self.language, self.task = engine, language, task
         self.previous_pass_drafts, self.force_committed, self.on_pass = previous_pass_drafts, force_committed, on_pass
         prompt = opts.initial_prompt
@@ -179,9 +190,11 @@ class LiveStream(ChunkConsumer):
         self._finished = False
         self._looped = False  # a short encoder window made the decoder loop on this buffer
         self._unsure = False  # the last pass looped, or its mean token log-probability was below LOW_CONFIDENCE
+        self._pass_doubtful = False  # the last pass looped, or its no-speech probability is above NO_SPEECH_LAST
         self.totals: dict = dict.fromkeys(("passes", "pass_s", "encoder_s", "decoder_s", "tokens", "decoder_calls",
                                            "verify_calls", "steps", "drafted", "accepted", "hint_drafted",
-                                           "hint_accepted", "committed_tokens", "loops", "loops_cut", "word_cuts"), 0)
+                                           "hint_accepted", "committed_tokens", "loops", "loops_cut", "prompt_copies",
+                                           "word_cuts"), 0)
 
     # -- input -----------------------------------------------------------------------------
     def feed(self, chunk) -> list[LiveEvent]:
@@ -218,8 +231,11 @@ class LiveStream(ChunkConsumer):
             return events + self._tail_event("", self._time(self._offset))
         current = self._decode(buffer)
         begin, close_all = len(self._prefix), final
-        if final:
+        if final and not self._pass_doubtful:
             done = len(current)
+        elif final:  # only what the pass before also said: half a second left after a trim made
+            # base loop on the committed sentence (its prompt), or copy the prompt (no speech 0.75)
+            done = agreed_length(current, self._previous, begin, self._tb, self._starts_word)
         else:
             done = agreed_length(current, self._previous, begin, self._tb, self._starts_word)
             if self._unsure:
@@ -341,12 +357,17 @@ class LiveStream(ChunkConsumer):
         creeping = creeping_loop(tokens)
         if creeping is not None:
             tokens = tokens[:max(len(prefix), creeping)]
-        looped = looping or creeping is not None
-        if looped:
+        text = [t for t in tokens[len(prefix):] if t < self._eot]
+        copied = len(text) > SPEECH_TOKENS_PER_S * seconds and copies_prompt(text, [t for t in previous if t < self._eot])
+        looped = looping or creeping is not None or copied
+        if copied:
+            self.totals["prompt_copies"] += 1
+        elif looped:
             self.totals["loops_cut"] += 1
             self._context.clear()  # a loop in the prompt makes the next passes loop (faster-whisper resets it too)
         # A pass that looped (cut or creeping) is unsure too: two looping passes agree on the loop's
         # first turns, and the trimmed buffer then loses the speech after it.
+        self._pass_doubtful = looped or (window.no_speech_prob is not None and window.no_speech_prob > NO_SPEECH_LAST)
         self._unsure = looped or (window.avg_logprob is not None and window.avg_logprob < LOW_CONFIDENCE)
         if self.language is None and any(t < self._eot for t in tokens):
             self.language = transcription.language  # detected once, on the first pass that heard words

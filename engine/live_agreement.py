@@ -57,3 +57,17 @@ def creeping_loop(tokens: list[int], max_period: int = 16) -> int | None:
         if len(tokens) - i >= (keep + 1) * period:
             cut = min(cut if cut is not None else len(tokens), i + keep * period)
     return cut
+
+
+PROMPT_COPY_TOKENS = 8  # a run this long of a pass's text found in its prompt is a copy, not speech
+
+
+def copies_prompt(text: list[int], prompt: list[int], run: int = PROMPT_COPY_TOKENS) -> bool:
+    """Whether ``text`` (a pass's new text tokens) holds ``run`` tokens in a row that its prompt
+    (the committed text before the buffer) holds too: Whisper copies its prompt where the audio
+    has too little speech to go on (on half a second after the last sentence, base wrote out the
+    whole stream so far), and two passes on the same tail agree on the copy."""
+    if len(text) < run or len(prompt) < run:
+        return False
+    seen = {tuple(prompt[i:i + run]) for i in range(len(prompt) - run + 1)}
+    return any(tuple(text[i:i + run]) in seen for i in range(len(text) - run + 1))

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from .audio import SAMPLE_RATE
+from .audio import SAMPLE_RATE, check_float_range
 from .errors import AudioError, OptionError
 
 
@@ -57,7 +57,8 @@ class ChunkQueue:
             chunk = chunk[:, 0]
         if chunk.ndim != 1:
             raise AudioError(f"audio chunk has shape {chunk.shape}: a live stream takes mono samples", where=where,
-                             hint="mix the channels down first, e.g. chunk.mean(axis=1).astype(np.float32)")
+                             hint="mix the channels down first: chunk.mean(axis=1) for (samples, channels), "
+                                  "chunk.mean(axis=0) for (channels, samples)")
         if chunk.dtype == np.int16:
             return chunk.astype(np.float32) / 32768.0
         if chunk.dtype != np.float32:
@@ -66,6 +67,7 @@ class ChunkQueue:
         if not np.isfinite(chunk).all():
             raise AudioError("audio chunk contains NaN or infinite samples", where=where,
                              hint="check the producer of the audio; the chunk was not added to the stream")
+        check_float_range(chunk, where)
         return chunk.copy()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -116,9 +117,26 @@ class WhisperTokenizer:
             raise ModelError(
                 f"unknown or unsupported language {language!r} for this model ({self.source})",
                 where="--language",
-                hint="use a language code such as 'en' (English-only models accept only 'en')",
+                hint="use a language code this model knows, such as 'en', 'de' or 'fr'",
             )
         return tid
+
+    def checked_language(self, language: str | None) -> str | None:
+        """``language`` as this model decodes it: a code Whisper does not know is an error on any
+        model; an English-only model decodes any other code as English, with a warning (as
+        faster-whisper does), where it used to take it without a word."""
+        if language is None:
+            return None
+        if not self.multilingual:
+            if language not in LANGUAGE_CODES:
+                raise ModelError(f"unknown language {language!r}", where="--language",
+                                 hint="use a language code such as 'en' (this model is English-only)")
+            if language != "en":
+                warnings.warn(f"the model is English-only: language {language!r} is decoded as English",
+                              stacklevel=3)
+            return "en"
+        self.language_token(language)
+        return language
 
     @cached_property
     def language_tokens(self) -> dict[int, str]:

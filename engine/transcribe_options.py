@@ -131,12 +131,14 @@ class TranscribeOptions:
         return None
 
 
-def checked_options(call: str, **options) -> TranscribeOptions:
+def checked_options(call: str, not_here: tuple[str, ...] = (), **options) -> TranscribeOptions:
     """``TranscribeOptions`` from the keyword arguments of ``call`` (e.g. ``WhisperEngine.transcribe``),
-    an unknown name refused with the names there are (not Python's error about a dataclass)."""
+    an unknown name refused with the names there are (not Python's error about a dataclass);
+    ``not_here``: options ``call`` sets itself, left out of that list."""
     known = {f.name for f in fields(TranscribeOptions)}
     unknown = sorted(set(options) - known)
     if unknown:
+        listed = known - {"progress", "numerics_from_auto", *not_here}
         raise UnknownOptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}", where=call,
-                          hint=f"options are: {', '.join(sorted(known - {'progress', 'numerics_from_auto'}))}")
+                                 hint=f"options are: {', '.join(sorted(listed))}")
     return TranscribeOptions(**options)

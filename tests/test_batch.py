@@ -129,6 +129,18 @@ def test_cli_refuses_bad_options_before_loading_a_model(tmp_path, capsys):
         transcribe_batch([str(tmp_path / "a.flac")], str(tmp_path / "o"), threads=4)
 
 
+def test_a_ray_address_where_nothing_answers_is_a_clear_error_at_once(tmp_path, capsys):
+    """Ray retries an address where no cluster runs for minutes, printing only its own warnings
+    (a --ray 127.0.0.1:1 job was still waiting after 60 s): refused before anything starts."""
+    pytest.importorskip("ray.data", reason="Ray is not installed (the [ray] extra)")
+    (tmp_path / "a.flac").write_bytes(b"")
+    start = time.perf_counter()
+    assert main(["batch", str(tmp_path / "a.flac"), "--output-dir", str(tmp_path / "o"), "--ray", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot reach a Ray cluster at 127.0.0.1:1" in err and "--ray 127.0.0.1:1" in err
+    assert time.perf_counter() - start < 30 and not (tmp_path / "o").exists()
+
+
 # ---- runs on real audio ----------------------------------------------------------------------
 
 def test_process_pool_equals_sequential_resumes_and_redoes_what_changed(tmp_path, shared_data, tiny_model_dir):

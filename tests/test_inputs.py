@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from specwhisper.audio import load_audio
+from specwhisper.audio import SAMPLE_RATE, load_audio
 from specwhisper.cli import main
 from specwhisper.errors import AudioError, ModelError
 
@@ -149,8 +149,37 @@ def test_unknown_model_name(capsys):
 def test_unknown_language(base_engine, shared_data):
     from specwhisper.errors import SpecWhisperError
 
-    with pytest.raises(SpecWhisperError, match="language"):
+    with pytest.raises(SpecWhisperError, match="language") as info:
         base_engine.transcribe(shared_data / "real/audio/jfk.flac", language="klingon")
+    assert "English-only" not in info.value.hint  # base is multilingual: no English-only advice
+
+
+def test_an_english_only_model_warns_for_another_language_and_refuses_an_unknown_one(tiny_engine):
+    """tiny.en took any --language without a word (and base's error said English-only models take
+    only 'en'): another known code now decodes as English with a warning, as faster-whisper's
+    facade does, and a code Whisper does not know is an error on any model."""
+    audio = np.zeros(SAMPLE_RATE, np.float32)
+    with pytest.warns(UserWarning, match="English-only: language 'fr' is decoded as English"):
+        assert tiny_engine.transcribe(audio, language="fr").language == "en"
+    with pytest.warns(UserWarning, match="English-only"):
+        tiny_engine.stream("de").finish()
+    for call in (lambda: tiny_engine.transcribe(audio, language="xx"), lambda: tiny_engine.stream("xx"),
+                 lambda: tiny_engine.listen("xx")):
+        with pytest.raises(ModelError, match="unknown language 'xx'"):
+            call()
+
+
+def test_float_samples_far_outside_one_are_refused(base_engine):
+    """int16 samples cast to float without dividing by 32768 decoded to "No, no, no." without a
+    word; such arrays are refused, a float recording a little past full scale is not."""
+    wave = (0.3 * np.sin(np.arange(SAMPLE_RATE) / 10)).astype(np.float32)
+    with pytest.raises(AudioError, match="float samples reach") as info:
+        base_engine.transcribe(wave * 32767)
+    assert "32768" in info.value.hint
+    with pytest.raises(AudioError, match="float samples reach"):
+        base_engine.stream("en").feed(wave * 1000)
+    assert load_audio(wave * 3).size == SAMPLE_RATE  # +10 dB past full scale: taken as it is
+    assert load_audio((wave * 32767).astype(np.int16)).max() < 1  # integer PCM is scaled
 
 
 def test_cli_subprocess_reports_without_traceback(tmp_path):

@@ -22,7 +22,7 @@ from conftest import _model_dir
 from specwhisper.audio import SAMPLE_RATE, load_audio
 from specwhisper.errors import AudioError, OptionError, SpecWhisperError
 from specwhisper.live import decode_pass
-from specwhisper.live_agreement import agreed_length, cut_repetition
+from specwhisper.live_agreement import agreed_length, copies_prompt, cut_repetition
 
 LONGFORM = "longform/longform.flac"
 EXACT_S = 24.0  # the stretch of the long-form file streamed for the exactness and drafting checks
@@ -112,6 +112,14 @@ def test_a_looping_tail_is_cut_after_its_first_copy():
     assert cut_repetition([1, 2, 3, 4]) == [1, 2, 3, 4]
 
 
+def test_a_pass_that_copies_its_prompt_is_found():
+    prompt = list(range(100, 130))
+    assert copies_prompt(prompt[5:15], prompt)  # ten tokens of the prompt in a row
+    assert copies_prompt([1, 2] + prompt[:8], prompt)
+    assert not copies_prompt(prompt[:7] + [1] + prompt[7:14], prompt)  # no run of 8
+    assert not copies_prompt(prompt[:8], [])  # no prompt, nothing to copy
+
+
 # -- bad input -----------------------------------------------------------------------------------
 def test_bad_input_gives_clear_errors(engine):
     stream = engine.stream("en")
@@ -138,6 +146,9 @@ def test_bad_input_gives_clear_errors(engine):
         assert info.value.where == where
     with pytest.raises(AudioError, match="16 kHz"):
         engine.stream("en", sample_rate=8000)
+    assert engine.stream("en", step_s=7.6).finish() == []  # was refused for a max_buffer_s never given
+    with pytest.raises(OptionError, match="max_buffer_s"):
+        engine.stream("en", step_s=7.6, max_buffer_s=15)
     with pytest.raises(OptionError, match="draft_hint"):
         engine.transcribe(audio, draft_hint="abc")
 
@@ -158,6 +169,48 @@ def test_cli_stream_json_lines_and_missing_microphone(engine, shared_data, capsy
     except ImportError:
         assert main(["stream", "mic"]) == 2
         assert "sounddevice" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["stream", str(path), "--step", "12"])
+    assert "--step: must be seconds from 0.1 to 10" in capsys.readouterr().err
+
+
+def test_ctrl_c_in_the_stream_command_still_commits_what_was_heard(engine, shared_data, capsys, monkeypatch):
+    """Ctrl-C is how a microphone stream ends: what was heard and not yet committed is decoded
+    and committed, as at the end of a file (it was dropped with "interrupted")."""
+    import specwhisper.cli_stream as cli_stream
+    from specwhisper.cli import main
+
+    audio = load_audio(shared_data / "real/audio/jfk.flac")
+
+    def interrupted_source(*_):
+        yield audio[:round(10.5 * SAMPLE_RATE)]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_stream, "audio_source", interrupted_source)
+    assert main(["stream", "mic", "--model", str(engine.model_dir), "--language", "en",
+                 "--output-format", "json"]) == 0
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert "for your country" in "".join(e["text"] for e in events if e["type"] == "commit").lower()
+
+
+def test_a_last_pass_that_loops_commits_only_what_the_pass_before_said(engine, longform, monkeypatch):
+    """``finish()`` commits all its last pass hears, unless that pass looped or copied its prompt
+    (base on half a second after the last sentence wrote the committed sentence again): then only
+    what the pass before said too. The passes are fixed here; the tokens are words of the file."""
+    tb = engine.tokenizer.special.timestamp_begin
+    said, copy = engine.tokenizer.encode(" one two"), engine.tokenizer.encode(" three three")
+    for looped, expected in ((False, "three three"), (True, "")):
+        stream = engine.stream("en")
+
+        def fake_pass(buffer, stream=stream, looped=looped):
+            final = stream._finished
+            stream._unsure = stream._pass_doubtful = final and looped
+            return [tb] + said + (copy if final else [])
+
+        monkeypatch.setattr(stream, "_decode", fake_pass)
+        fed = [e for i in range(0, 2 * SAMPLE_RATE, SAMPLE_RATE) for e in stream.feed(longform[i:i + SAMPLE_RATE])]
+        assert _committed(fed).strip() == "one two"
+        assert _committed(stream.finish()).strip() == expected
 
 
 # -- silence: free and bounded -------------------------------------------------------------------

@@ -200,9 +200,10 @@ def _check(formats: tuple[str, ...], workers: int, retries: int, settings: argpa
                                hint="use e.g. 600 (ten-minute pieces)")
     cues = check_decoding_options(for_checks(settings, formats))
     if ray is not None:
-        from .ray_runner import ray_module
+        from .ray_runner import check_reachable, ray_module
 
         ray_module()
+        check_reachable(ray)
     _check_models(settings)
     return cues
 

@@ -48,6 +48,26 @@ def connect(address: str, num_cpus: int) -> bool:
     return True
 
 
+CONNECT_TIMEOUT_S = 10.0
+
+
+def check_reachable(address: str) -> None:
+    """Refuse an explicit address (host:port, ray://host:port) where nothing answers on that port:
+    Ray itself retries such an address for minutes, printing only its own warnings."""
+    import socket
+
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if address in ("auto", "local") or not host or not port.isdigit():
+        return  # Ray's own lookup (auto) or its own error for a form it does not take
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise SpecWhisperError(f"cannot reach a Ray cluster at {target}: {exc.strerror or exc}", where=f"--ray {address}",
+                               hint="check the address and that the head node runs ('ray start --head'), or use "
+                                    "--ray local to start one here") from None
+
+
 def disconnect(started: bool) -> None:
     if started:
         ray_module().shutdown()
