@@ -19,7 +19,7 @@ import numpy as np
 
 from .call_timing import TimingInput, call_seconds, interleaved_call_seconds, monotone_costs
 from .encoders import choose_encoder
-from .errors import ModelError
+from .errors import ModelError, option_where
 from .measure_cache import cache_get, cache_put, kernel_env, measuring
 from .model_check import check_against_weights
 from .model_store import check_model_dir
@@ -130,7 +130,7 @@ class LoadedModel:
         ``encoder``: ``auto`` (the faster of CTranslate2's and the ONNX Runtime graph, measured once;
         see ``encoders``), ``ct2`` or ``onnx``."""
         if batch_decoder not in BATCH_DECODERS:
-            raise ModelError(f"unknown batch decoder {batch_decoder!r}", where="--batch-decoder",
+            raise ModelError(f"unknown batch decoder {batch_decoder!r}", where=option_where("batch_decoder"),
                              hint=f"use one of {', '.join(BATCH_DECODERS)}")
         self.batch_decoder_choice = batch_decoder
         self._invariant = None
@@ -146,7 +146,7 @@ class LoadedModel:
         self.suppress = sorted({int(i) for i in config.get("suppress_ids", [])})
         self.suppress_begin = sorted({int(i) for i in config.get("suppress_ids_begin", [])})
         if device == "cuda" and ct2.get_cuda_device_count() == 0:
-            raise ModelError("--device cuda asked for, but CTranslate2 sees no CUDA device", where="--device",
+            raise ModelError("--device cuda asked for, but CTranslate2 sees no CUDA device", where=option_where("device"),
                              hint="use --device cpu, or install a CUDA build of CTranslate2 and the NVIDIA driver")
         t0 = time.perf_counter()
         self._requested_compute_type = compute_type
@@ -194,7 +194,7 @@ class LoadedModel:
         1-thread instance when this call loaded it to measure and chose it, so it is not loaded twice."""
         if requested is not None:
             if requested < 1:
-                raise ModelError(f"decoder threads must be >= 1, got {requested}", where="--decoder-threads",
+                raise ModelError(f"decoder threads must be >= 1, got {requested}", where=option_where("decoder_threads"),
                                  hint="use a positive number, or leave it out to let the engine measure")
             return requested, None
         if self.device != "cpu" or self.threads <= 1:

@@ -24,6 +24,12 @@ class SpecWhisperError(Exception):
         return "\n".join(parts)
 
 
+def option_where(name: str) -> str:
+    """Where an option's error points, for both ways to give it: the keyword of the Python API and
+    the command line's flag (one check serves both, so the message names both)."""
+    return f"{name} (--{name.replace('_', '-')})"
+
+
 class AudioError(SpecWhisperError):
     """Audio could not be read or is unusable."""
 

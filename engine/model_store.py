@@ -17,7 +17,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ModelError, NetworkError
+from .errors import ModelError, NetworkError, option_where
 from .io_utils import sha256_file
 
 DEFAULT_MODEL = "base"
@@ -148,7 +148,7 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None, *, download: bool
         return _resolve_hub(name)
     raise ModelError(
         f"unknown model {name!r}",
-        where="--model",
+        where=option_where("model"),
         hint=f"use one of {', '.join(REGISTRY)}, a local CT2 model directory, or a Hugging Face repo id (owner/name)",
     )
 
@@ -379,15 +379,15 @@ def _resolve_hub(repo_id: str) -> Path:
         from huggingface_hub.errors import LocalEntryNotFoundError
     except ImportError:
         raise ModelError(f"{repo_id!r} looks like a Hugging Face repo id, but huggingface_hub is not installed",
-                         where="--model", hint="pip install 'specwhisper[hub]', or pass a local model directory") from None
+                         where=option_where("model"), hint="pip install 'specwhisper[hub]', or pass a local model directory") from None
     patterns = ["config.json", "model.bin", "tokenizer.json", "vocabulary.*", "preprocessor_config.json"]
     try:
         path = snapshot_download(repo_id, allow_patterns=patterns, cache_dir=str(cache_dir() / "hub"))
     except LocalEntryNotFoundError:
-        raise NetworkError(f"cannot reach the Hugging Face hub to fetch {repo_id!r} (no network)", where="--model",
+        raise NetworkError(f"cannot reach the Hugging Face hub to fetch {repo_id!r} (no network)", where=option_where("model"),
                            hint="connect to a network, or pass a local CT2 model directory") from None
     except Exception as exc:  # hub errors: repository not found, gated, HTTP errors
-        raise ModelError(f"cannot fetch {repo_id!r} from the Hugging Face hub: {exc}", where="--model",
+        raise ModelError(f"cannot fetch {repo_id!r} from the Hugging Face hub: {exc}", where=option_where("model"),
                          hint="check the repo id, or pass a local CT2 model directory") from None
     check_model_dir(Path(path))
     return Path(path)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from .errors import ModelError
+from .errors import ModelError, option_where
 from .model_check import check_config_ids
 
 LANGUAGE_CODES = (
@@ -116,7 +116,7 @@ class WhisperTokenizer:
         if tid is None or not self.multilingual:
             raise ModelError(
                 f"unknown or unsupported language {language!r} for this model ({self.source})",
-                where="--language",
+                where=option_where("language"),
                 hint="use a language code this model knows, such as 'en', 'de' or 'fr'",
             )
         return tid
@@ -129,7 +129,7 @@ class WhisperTokenizer:
             return None
         if not self.multilingual:
             if language not in LANGUAGE_CODES:
-                raise ModelError(f"unknown language {language!r}", where="--language",
+                raise ModelError(f"unknown language {language!r}", where=option_where("language"),
                                  hint="use a language code such as 'en' (this model is English-only)")
             if language != "en":
                 warnings.warn(f"the model is English-only: language {language!r} is decoded as English",

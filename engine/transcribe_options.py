@@ -12,7 +12,7 @@ from numbers import Real
 
 from .audio_ctx import parse_audio_ctx
 from .decoding_options import check_decoding_options
-from .errors import OptionError, SpecWhisperError, UnknownOptionError
+from .errors import OptionError, SpecWhisperError, UnknownOptionError, option_where
 from .fallback import COMPRESSION_RATIO_THRESHOLD, LADDER, Thresholds, parse_temperatures
 from .features import FRAMES_PER_SECOND, N_FRAMES
 
@@ -81,15 +81,15 @@ class TranscribeOptions:
 
     def __post_init__(self) -> None:
         if self.task not in ("transcribe", "translate"):
-            raise SpecWhisperError(f"unknown task {self.task!r}", where="--task", hint="use transcribe or translate")
+            raise SpecWhisperError(f"unknown task {self.task!r}", where=option_where("task"), hint="use transcribe or translate")
         if self.numerics not in NUMERICS_CHOICES:
-            raise SpecWhisperError(f"unknown numerics {self.numerics!r}", where="--numerics",
+            raise SpecWhisperError(f"unknown numerics {self.numerics!r}", where=option_where("numerics"),
                                    hint=f"use one of {', '.join(NUMERICS_CHOICES)}")
         object.__setattr__(self, "audio_ctx", parse_audio_ctx(self.audio_ctx))
         if isinstance(self.timestamps, bool):
             object.__setattr__(self, "timestamps", "on" if self.timestamps else "off")
         if self.timestamps not in TIMESTAMPS_CHOICES:
-            raise SpecWhisperError(f"unknown timestamps setting {self.timestamps!r}", where="--timestamps",
+            raise SpecWhisperError(f"unknown timestamps setting {self.timestamps!r}", where=option_where("timestamps"),
                                    hint="use auto (on for audio longer than 30 s), on or off")
         object.__setattr__(self, "temperature", parse_temperatures(self.temperature))
         ratio = self.compression_ratio_threshold
@@ -98,10 +98,10 @@ class TranscribeOptions:
                                    "no such test)", where="compression_ratio_threshold",
                                    hint="use e.g. 2.4 (the default)")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise SpecWhisperError(f"seed {self.seed!r} is not a non-negative integer", where="--seed",
+            raise SpecWhisperError(f"seed {self.seed!r} is not a non-negative integer", where=option_where("seed"),
                                    hint="use a whole number such as 0")
         if self.draft_len is not None and not (0 <= self.draft_len <= 16):
-            raise SpecWhisperError(f"draft length {self.draft_len} out of range", where="--draft-len",
+            raise SpecWhisperError(f"draft length {self.draft_len} out of range", where=option_where("draft_len"),
                                    hint="use 0..16 (0 disables drafting)")
         check_decoding_options(self)
         if self.window_frames < N_FRAMES and self.audio_ctx != "full":

@@ -23,7 +23,7 @@ from .decoding_options import seek_clips, window_prompt
 from .drafters.base import Drafter, WindowContext
 from .drafters.bigram import BigramGuesser
 from .drafters.chain import DrafterChain
-from .errors import OptionError, SpecWhisperError
+from .errors import OptionError, SpecWhisperError, option_where
 from .fallback import (
     Attempt,
     ladder,
@@ -202,9 +202,9 @@ class WhisperEngine:
         ``compute_type`` are not read); an explicit ``encoder`` (other than the one it runs),
         ``batch_decoder`` (other than the one it was loaded with) or ``decoder_threads`` is an error."""
         if device not in ("cpu", "cuda"):
-            raise SpecWhisperError(f"unknown device {device!r}", where="--device", hint="use cpu or cuda")
+            raise SpecWhisperError(f"unknown device {device!r}", where=option_where("device"), hint="use cpu or cuda")
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise SpecWhisperError(f"threads must be a whole number >= 1, got {threads!r}", where="--threads",
+            raise SpecWhisperError(f"threads must be a whole number >= 1, got {threads!r}", where=option_where("threads"),
                                    hint="use e.g. 2 (the cores to use)")
         t0 = time.perf_counter()
         if loaded is not None:  # its device and threads hold for this engine's drafters too

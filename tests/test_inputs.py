@@ -152,6 +152,7 @@ def test_unknown_language(base_engine, shared_data):
     with pytest.raises(SpecWhisperError, match="language") as info:
         base_engine.transcribe(shared_data / "real/audio/jfk.flac", language="klingon")
     assert "English-only" not in info.value.hint  # base is multilingual: no English-only advice
+    assert info.value.where == "language (--language)"  # the API's keyword and the CLI's flag
 
 
 def test_an_english_only_model_warns_for_another_language_and_refuses_an_unknown_one(tiny_engine):

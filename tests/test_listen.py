@@ -244,7 +244,7 @@ def test_bad_chunks_options_and_feeding_after_finish(base_engine):
     for kwargs, where in (({"silence_s": 0.0}, "silence_s"), ({"max_utterance_s": 40}, "max_utterance_s"),
                           ({"pad_s": -1}, "pad_s"), ({"silence_s": "0.6"}, "silence_s"),
                           ({"endpointing": "loud"}, "endpointing"), ({"clip_timestamps": "0,5"}, "clip_timestamps"),
-                          ({"numerics": "fast"}, "--numerics")):
+                          ({"numerics": "fast"}, "numerics (--numerics)")):
         with pytest.raises(SpecWhisperError) as info:
             base_engine.listen(**kwargs)
         assert info.value.where == where

@@ -140,7 +140,7 @@ def test_bad_input_gives_clear_errors(engine):
         stream.feed(audio)
     assert info.value.hint
     for kwargs, where in (({"step_s": 0}, "step_s"), ({"step_s": "1"}, "step_s"), ({"timestamps": "off"}, "timestamps"),
-                          ({"word_timestamps": True}, "word_timestamps"), ({"numerics": "fast"}, "--numerics")):
+                          ({"word_timestamps": True}, "word_timestamps"), ({"numerics": "fast"}, "numerics (--numerics)")):
         with pytest.raises(SpecWhisperError) as info:
             engine.stream("en", **kwargs)
         assert info.value.where == where

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..backend import LoadedModel, step_api_available
-from ..errors import ModelError, SpecWhisperError, TokenMapError
+from ..errors import ModelError, SpecWhisperError, TokenMapError, option_where
 from ..tokenizer import WhisperTokenizer
 from .vocab_remap import VocabRemap
 
@@ -44,15 +44,15 @@ def load_draft_model(draft: str | Path, main_tokenizer: WhisperTokenizer, *, mai
     from ..model_store import resolve_model
 
     if device not in ("cpu", "cuda"):
-        raise ModelError(f"unknown draft device {device!r}", where="--draft-device", hint="use cpu or cuda")
+        raise ModelError(f"unknown draft device {device!r}", where=option_where("draft_device"), hint="use cpu or cuda")
     if threads < 1:
-        raise ModelError(f"draft threads must be >= 1, got {threads}", where="--draft-model")
+        raise ModelError(f"draft threads must be >= 1, got {threads}", where=option_where("draft_model"))
     try:
         # Stored like the main model (the store keeps int8 copies), so model.bin sizes compare.
         draft_dir = resolve_model(draft, download=download, prefer_int8=compute_type.startswith("int8"))
         tokenizer = WhisperTokenizer.from_model_dir(draft_dir)
     except SpecWhisperError as exc:
-        where = "--draft-model" if exc.where in (None, "--model") else exc.where
+        where = option_where("draft_model") if exc.where in (None, option_where("model")) else exc.where
         raise type(exc)(f"draft model: {exc.what}", where=where, hint=exc.hint) from None
     main_dir = Path(main_model_dir) if main_model_dir is not None else Path(main_tokenizer.source).parent
     main_bin, draft_bin = main_dir / "model.bin", draft_dir / "model.bin"
