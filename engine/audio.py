@@ -77,7 +77,11 @@ def _decode_with_av(source: Path | io.BytesIO, where: str) -> np.ndarray:
     try:
         import av
     except ImportError:
-        raise AudioError("this format needs PyAV, which is not installed", where=where,
+        if isinstance(source, io.BytesIO):  # raw samples are the usual mistake here, not an mp3
+            raise AudioError("these bytes are not WAV, FLAC or OGG, and other formats need PyAV, which is not "
+                             "installed", where=where, hint="bytes are an audio file's contents; raw 16-bit PCM is "
+                             "np.frombuffer(data, np.int16) (16 kHz mono), or pip install 'specwhisper[av]'") from None
+        raise AudioError("not WAV, FLAC or OGG, and other formats need PyAV, which is not installed", where=where,
                          hint="pip install 'specwhisper[av]', or convert the file to WAV/FLAC") from None
     try:
         chunks = []
@@ -99,6 +103,7 @@ def _decode_with_av(source: Path | io.BytesIO, where: str) -> np.ndarray:
     return _check(audio, where)
 
 
+MAX_CHANNELS = 64  # more columns than this in a 2-D array with fewer rows is (channels, samples), transposed
 MIN_RATE, MAX_RATE = 1000, 1_000_000  # sample rates taken (Hz); audio outside is a mistake, not a recording
 
 
@@ -107,6 +112,10 @@ def _normalise(data: np.ndarray, rate: int, where: str) -> np.ndarray:
     if data.ndim == 2 and data.shape[1] == 0:
         raise AudioError(f"audio array has no channels (shape {data.shape})", where=where,
                          hint="pass (samples, channels) with at least one channel, or a 1-D mono waveform")
+    if data.ndim == 2 and data.shape[0] <= MAX_CHANNELS < data.shape[1]:
+        raise AudioError(f"audio array of shape {data.shape} looks like (channels, samples): arrays are "
+                         "(samples, channels) or mono", where=where,
+                         hint="pass audio.T, or a mono mix: audio.mean(axis=0) (torchaudio.load gives (channels, samples))")
     if data.ndim == 2:
         with np.errstate(over="ignore", invalid="ignore"):  # non-finite results are refused in _check
             data = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]

@@ -24,6 +24,20 @@ class SpecWhisperError(Exception):
         return "\n".join(parts)
 
 
+def warn_caller(message: str) -> None:
+    """A ``UserWarning`` attributed to the first line outside this package (the application's
+    call, whatever the path inside: a fixed ``stacklevel`` pointed into the engine)."""
+    import os
+    import sys
+    import warnings
+
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, UserWarning, stacklevel=level)
+
+
 def option_where(name: str) -> str:
     """Where an option's error points, for both ways to give it: the keyword of the Python API and
     the command line's flag (one check serves both, so the message names both)."""

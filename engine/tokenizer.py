@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -16,7 +15,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from .errors import ModelError, option_where
+from .errors import ModelError, option_where, warn_caller
 from .model_check import check_config_ids
 
 LANGUAGE_CODES = (
@@ -132,8 +131,7 @@ class WhisperTokenizer:
                 raise ModelError(f"unknown language {language!r}", where=option_where("language"),
                                  hint="use a language code such as 'en' (this model is English-only)")
             if language != "en":
-                warnings.warn(f"the model is English-only: language {language!r} is decoded as English",
-                              stacklevel=3)
+                warn_caller(f"the model is English-only: language {language!r} is decoded as English")
             return "en"
         self.language_token(language)
         return language

@@ -23,7 +23,7 @@ from .decoding_options import seek_clips, window_prompt
 from .drafters.base import Drafter, WindowContext
 from .drafters.bigram import BigramGuesser
 from .drafters.chain import DrafterChain
-from .errors import OptionError, SpecWhisperError, option_where
+from .errors import OptionError, SpecWhisperError, option_where, warn_caller
 from .fallback import (
     Attempt,
     ladder,
@@ -56,6 +56,8 @@ from .window_decode import WindowDecoder, WindowJob
 from .window_numerics import WindowNumerics
 
 if TYPE_CHECKING:
+    from specwhisper.tokenmap import TokenMap
+
     from .listen import CommandListener
     from .live import LiveStream
 
@@ -181,14 +183,25 @@ class WhisperEngine:
     """A loaded model plus its drafters. Safe to call from several threads (windows are serialised)."""
 
     def __init__(self, model: str | Path | None = None, device: str = "cpu", compute_type: str = "int8",
-                 threads: int = 2, *, tokenmap: str | Path | None = None, learn: bool = False,
+                 threads: int = 2, *, tokenmap: str | Path | TokenMap | None = None, learn: bool = False,
                  prompt_lookup: bool = True, draft_model: str | Path | None = None,
                  drafters: list[Drafter] | None = None,
                  verify_cost: VerifyCost | None = None, selftest: bool = True,
                  decoder_threads: int | None = None, pipeline: bool = True,
                  draft_ahead: bool | None = None, loaded: LoadedModel | None = None,
                  batch_decoder: str = "auto", encoder: str = "auto") -> None:
-        """``encoder``: ``auto`` (CTranslate2's encoder or a graph of its weights on ONNX Runtime or
+        """``model``: a registry name (``base``, the default; ``tiny.en``), a CTranslate2 model
+        folder or a Hugging Face repo id; pulled into the model store on first use.
+        ``threads``: CPU threads of the encoder (the decoder's are measured, ``decoder_threads``).
+        ``tokenmap``: a token map (a ``.tmap`` path or a loaded ``TokenMap``) whose n-grams draft
+        (domain commands); ``learn``: learn n-grams from this engine's own outputs as it goes
+        (``save_learned`` writes them). ``prompt_lookup``: draft from the window's prompt and the
+        text so far. ``draft_model``: a smaller model that drafts (e.g. ``tiny.en`` for ``base``);
+        ``drafters``: your own (``drafters.base.Drafter``). Drafting changes speed, never text.
+        ``selftest``: measure, once per machine and cached, which decoder calls are bitwise
+        invariant (without it speculation is off). ``pipeline``: encode the next window while
+        this one decodes.
+        ``encoder``: ``auto`` (CTranslate2's encoder or a graph of its weights on ONNX Runtime or
         OpenVINO, whichever is fastest here, measured once and cached), ``ct2``, ``onnx`` or
         ``openvino`` (see ``encoders``).
         ``batch_decoder``: what batch-invariant windows decode on (``auto``: the fork's kernels
@@ -320,6 +333,9 @@ class WhisperEngine:
         opts = checked_options("WhisperEngine.transcribe", language=mapped or language, task=task, **options)
         if opts.language is not None:
             opts = replace(opts, language=self.tokenizer.checked_language(opts.language))
+        if opts.hallucination_silence_threshold is not None and not opts.word_timestamps:
+            warn_caller("hallucination_silence_threshold needs word_timestamps=True (as in faster-whisper, it has "
+                        "no effect without word timings)")
         if opts.multilingual and not self.tokenizer.multilingual:
             opts = replace(opts, multilingual=False)
         t_start = time.perf_counter()
@@ -823,7 +839,7 @@ def _tokenmap_language(tmap, tokenizer) -> str | None:
     return language
 
 
-def _make_tokenmap_drafter(path: str | Path | None, tokenizer, learn: bool) -> Drafter:
+def _make_tokenmap_drafter(path: str | Path | TokenMap | None, tokenizer, learn: bool) -> Drafter:
     from .drafters.tokenmap_drafter import TokenMapDrafter
     from .tokenmap import load_token_map
 

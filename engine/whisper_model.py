@@ -156,7 +156,6 @@ class WhisperModel:
         ``numerics``, ``speculation``, ``draft_len``, ``seed``, ``audio_ctx``, ... (see ``TranscribeOptions``)."""
         local = dict(locals())
         check_chunk_length(chunk_length)  # before any work, even on empty audio
-        _warn_ignored(hallucination_silence_threshold, word_timestamps)
         language = _checked_language(self, language)
         fw = {k: local[k] for k in _FW_NAMES}
         waveform = _waveform(audio)
@@ -327,13 +326,6 @@ _FW_NAMES = ("beam_size", "best_of", "patience", "length_penalty", "repetition_p
              "prepend_punctuations", "append_punctuations", "multilingual", "max_new_tokens", "clip_timestamps",
              "hallucination_silence_threshold", "hotwords", "language_detection_threshold",
              "language_detection_segments", "chunk_length", "vad_filter")
-
-
-def _warn_ignored(hallucination_silence_threshold: float | None, word_timestamps: bool) -> None:
-    """An option faster-whisper ignores without word timings is said to be ignored."""
-    if hallucination_silence_threshold is not None and not word_timestamps:
-        warnings.warn("hallucination_silence_threshold needs word_timestamps=True (as in faster-whisper, it has "
-                      "no effect without word timings)", stacklevel=3)
 
 
 def _checked_language(model: WhisperModel, language: str | None) -> str | None:

@@ -41,6 +41,23 @@ def test_non_audio_bytes(tmp_path):
         load_audio(b"\x00\x01garbage" * 50)
 
 
+def test_channels_first_arrays_and_raw_pcm_bytes_get_clear_errors(base_engine):
+    """A (channels, samples) array (torchaudio.load's) was read as 1-2 samples of (samples,
+    channels) and gave empty text; raw PCM bytes were told to install PyAV."""
+    audio = np.zeros((2, SAMPLE_RATE), np.float32)
+    for wrong in (audio, audio[:1]):
+        with pytest.raises(AudioError, match="looks like .channels, samples.") as info:
+            base_engine.transcribe(wrong)
+        assert "audio.mean(axis=0)" in info.value.hint
+    assert load_audio(audio.T).shape == (SAMPLE_RATE,)  # (samples, channels) is mixed down
+    try:
+        import av  # noqa: F401
+    except ImportError:
+        with pytest.raises(AudioError, match="not WAV, FLAC or OGG") as info:
+            load_audio((np.zeros(1600) * 0).astype("<i2").tobytes())
+        assert "np.frombuffer(data, np.int16)" in info.value.hint
+
+
 def test_zero_length_audio(tmp_path):
     empty = tmp_path / "empty.wav"
     sf.write(empty, np.zeros(0, np.float32), 16000)
@@ -160,8 +177,12 @@ def test_an_english_only_model_warns_for_another_language_and_refuses_an_unknown
     only 'en'): another known code now decodes as English with a warning, as faster-whisper's
     facade does, and a code Whisper does not know is an error on any model."""
     audio = np.zeros(SAMPLE_RATE, np.float32)
-    with pytest.warns(UserWarning, match="English-only: language 'fr' is decoded as English"):
+    with pytest.warns(UserWarning, match="English-only: language 'fr' is decoded as English") as caught:
         assert tiny_engine.transcribe(audio, language="fr").language == "en"
+    assert caught[0].filename == __file__  # attributed to the caller's line, not the engine's
+    with pytest.warns(UserWarning, match="needs word_timestamps=True") as caught:
+        tiny_engine.transcribe(audio, hallucination_silence_threshold=2.0)
+    assert caught[0].filename == __file__
     with pytest.warns(UserWarning, match="English-only"):
         tiny_engine.stream("de").finish()
     for call in (lambda: tiny_engine.transcribe(audio, language="xx"), lambda: tiny_engine.stream("xx"),

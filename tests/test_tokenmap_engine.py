@@ -42,6 +42,29 @@ def test_token_map_is_exact_and_drafts_on_held_out_commands(car_engine, base_eng
     assert calls < 0.75 * oracle_calls
 
 
+def test_a_loaded_token_map_is_shared_and_other_types_are_refused(base_engine, car_map, shared_data, tiny_model_dir):
+    """A map loaded once drafts in several engines (a TypeError before); other types, and a map of
+    another vocabulary, are clear errors."""
+    from specwhisper.errors import TokenMapError
+    from specwhisper.tokenizer import WhisperTokenizer
+    from specwhisper.tokenmap import load_token_map
+
+    tmap = load_token_map(car_map)
+    engine = WhisperEngine(loaded=base_engine.lm, tokenmap=tmap, prompt_lookup=False)
+    clip = clips(shared_data, "car")[0]["path"]
+    by_path = WhisperEngine(loaded=base_engine.lm, tokenmap=car_map, prompt_lookup=False)
+    kwargs = {"language": "en", "numerics": "batch-invariant"}
+    shared, own = engine.transcribe(clip, **kwargs), by_path.transcribe(clip, **kwargs)
+    assert shared.tokens == own.tokens and shared.stats["by_drafter"] == own.stats["by_drafter"]
+    assert shared.stats["by_drafter"]["tokenmap"]["accepted"] > 0
+    for bad in (car_map.read_bytes(), 5):
+        with pytest.raises(TokenMapError, match="path to its file or a loaded TokenMap"):
+            WhisperEngine(loaded=base_engine.lm, tokenmap=bad)
+    if WhisperTokenizer.from_model_dir(tiny_model_dir).fingerprint() != base_engine.tokenizer.fingerprint():
+        with pytest.raises(TokenMapError, match="another tokenizer"):
+            load_token_map(tmap, WhisperTokenizer.from_model_dir(tiny_model_dir))
+
+
 def _priced(result, price) -> float:
     """A result's decoder calls after each window's prefill, priced by the engine's measured curve
     (single-row steps at 1.0, the unit the policy predicts in)."""

@@ -15,13 +15,24 @@ from .build import BuildParams, build_token_map
 from .format import FORMAT_VERSION, TokenMap, TokenMapHeader
 
 
-def load_token_map(path: str | os.PathLike[str], tokenizer=None) -> TokenMap:
-    """Memory-map a token map; with ``tokenizer``, refuse one built for another vocabulary."""
-    from .format import load
+def load_token_map(source: str | os.PathLike[str] | TokenMap, tokenizer=None) -> TokenMap:
+    """Memory-map a token map from its file, or take a loaded one as it is (one map shared by
+    several engines); with ``tokenizer``, refuse one built for another vocabulary."""
+    from specwhisper.errors import TokenMapError
 
+    from .format import check_vocabulary, load
+
+    if isinstance(source, TokenMap):
+        if tokenizer is not None:
+            check_vocabulary(source.header.fingerprint, source.header.vocab_size, _fingerprint(tokenizer),
+                             tokenizer.vocab_size, source.source)
+        return source
+    if not isinstance(source, (str, os.PathLike)):
+        raise TokenMapError(f"a token map is a path to its file or a loaded TokenMap, got {type(source).__name__}",
+                            where="tokenmap", hint="pass e.g. 'home.tmap', or load_token_map('home.tmap')")
     if tokenizer is None:
-        return load(path)
-    return load(path, fingerprint=_fingerprint(tokenizer), vocab_size=tokenizer.vocab_size)
+        return load(source)
+    return load(source, fingerprint=_fingerprint(tokenizer), vocab_size=tokenizer.vocab_size)
 
 
 _FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

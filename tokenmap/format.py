@@ -310,19 +310,25 @@ def load(path: str | os.PathLike[str], fingerprint: str | None = None, vocab_siz
         raise TokenMapError("token map is corrupt (checksum mismatch)", where=where, hint=_REBUILD)
     language = _language_in(head, version, where)
     fingerprint_in_file = fp.rstrip(b"\0").decode("ascii", "replace")
-    if fingerprint is not None and fingerprint != fingerprint_in_file:
-        raise TokenMapError(f"token map was built for another tokenizer (fingerprint {fingerprint_in_file}, this "
-                            f"model's is {fingerprint})", where=where,
-                            hint="use a map built with this model, or " + _REBUILD)
-    if vocab_size is not None and vocab_size != vocab:
-        raise TokenMapError(f"token map was built for a vocabulary of {vocab} tokens, this model has {vocab_size}",
-                            where=where, hint=_REBUILD)
+    check_vocabulary(fingerprint_in_file, vocab, fingerprint, vocab_size, where)
     arrays = TrieArrays(*(np.frombuffer(buf, dtype=dtype, count=n_nodes + extra, offset=header_size + off)
                           for (_name, dtype, extra), off in zip(_ARRAYS, _offsets)))
     _check_structure(arrays, where)
     header = TokenMapHeader(fingerprint_in_file, vocab, n, max_len, begin, eot, n_seq, n_tok, min_count, prefix_min,
                             top_k, flags, language)
     return TokenMap(header, arrays, where, _buffer=buf)
+
+
+def check_vocabulary(map_fingerprint: str, map_vocab: int, fingerprint: str | None, vocab_size: int | None,
+                     where: str) -> None:
+    """Refuse a map built for another tokenizer (``fingerprint``, ``vocab_size``: the model's)."""
+    if fingerprint is not None and fingerprint != map_fingerprint:
+        raise TokenMapError(f"token map was built for another tokenizer (fingerprint {map_fingerprint}, this "
+                            f"model's is {fingerprint})", where=where,
+                            hint="use a map built with this model, or " + _REBUILD)
+    if vocab_size is not None and vocab_size != map_vocab:
+        raise TokenMapError(f"token map was built for a vocabulary of {map_vocab} tokens, this model has {vocab_size}",
+                            where=where, hint=_REBUILD)
 
 
 def _language_in(head: bytes, version: int, where: str) -> str | None:
