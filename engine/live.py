@@ -360,9 +360,8 @@ class LiveStream(ChunkConsumer):
         text = [t for t in tokens[len(prefix):] if t < self._eot]
         copied = len(text) > SPEECH_TOKENS_PER_S * seconds and copies_prompt(text, [t for t in previous if t < self._eot])
         looped = looping or creeping is not None or copied
-        if copied:
-            self.totals["prompt_copies"] += 1
-        elif looped:
+        self.totals["prompt_copies"] += copied  # the prompt stays: clearing it changed every later pass
+        if looping or creeping is not None:
             self.totals["loops_cut"] += 1
             self._context.clear()  # a loop in the prompt makes the next passes loop (faster-whisper resets it too)
         # A pass that looped (cut or creeping) is unsure too: two looping passes agree on the loop's
