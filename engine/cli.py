@@ -363,16 +363,16 @@ def _models(args) -> int:
         return 0
     if args.models_command == "pull":
         cached = model_store.is_pulled(args.name) if args.name in model_store.REGISTRY else False
-        problem = None
         if cached:
             try:
                 model_store.verify(args.name)
             except SpecWhisperError as exc:
-                problem = exc.what
-                print(f"{args.name}: {problem} ({exc.where}): repairing it", file=sys.stderr)
+                print(f"{args.name}: {exc.what} ({exc.where}): repairing it", file=sys.stderr)
+            else:
+                print(f"{args.name}: already cached (checksum verified) at {model_store.model_path(args.name)}")
+                return 0
         path = model_store.pull(args.name, repair=True)
-        state = "repaired" if problem else "already cached (checksum verified)" if cached else "pulled"
-        print(f"{args.name}: {state} at {path}")
+        print(f"{args.name}: {'repaired' if cached else 'pulled'} at {path}")
         return 0
     if args.models_command == "path":
         print(model_store.resolve_model(args.name, download=False))

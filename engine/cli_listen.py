@@ -93,6 +93,8 @@ def run_listen(args) -> int:
         for result in listener.events(chunks):
             _show(result, args.output_format, args.stats)
     except KeyboardInterrupt:  # how a microphone session ends: the command under way is still decoded
+        if listener.finished:  # interrupted in that last decoding itself: stop ("interrupted", 130)
+            raise
         for result in listener.finish():
             _show(result, args.output_format, args.stats)
     if args.stats:

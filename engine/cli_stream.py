@@ -70,6 +70,8 @@ def run_stream(args) -> int:
             for event in stream.events(chunks):
                 show(event)
         except KeyboardInterrupt:  # how a microphone session ends: what was heard is still decoded and committed
+            if stream.finished:  # interrupted in the last pass itself: stop ("interrupted", 130)
+                raise
             for event in stream.finish():
                 show(event)
     finally:

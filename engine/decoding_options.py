@@ -30,7 +30,7 @@ def check_decoding_options(opts) -> None:
                  "max_initial_timestamp"):
         _number(opts, name)
     for name in ("compression_ratio_threshold", "log_prob_threshold", "no_speech_threshold",
-                 "hallucination_silence_threshold"):
+                 "hallucination_silence_threshold", "language_detection_threshold"):
         if getattr(opts, name) is not None:
             _number(opts, name)
     if opts.patience <= 0 or opts.max_initial_timestamp < 0:

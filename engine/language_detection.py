@@ -14,14 +14,15 @@ from .features import N_FRAMES, window_features
 LanguageProbs = list[tuple[str, float]]
 
 
-def vote_language(windows: Iterable[LanguageProbs], threshold: float) -> tuple[str, float, LanguageProbs]:
+def vote_language(windows: Iterable[LanguageProbs], threshold: float | None) -> tuple[str, float, LanguageProbs]:
     """(language, probability, the last window's probabilities) from each window's probabilities,
-    likeliest first; ``windows`` is read lazily, so no window past a confident one is encoded."""
+    likeliest first; ``windows`` is read lazily, so no window past a confident one is encoded.
+    ``threshold`` None: the first window decides."""
     votes: dict[str, list[float]] = {}
     probs: LanguageProbs = []
     for probs in windows:
         language, probability = probs[0]
-        if probability > threshold:
+        if threshold is None or probability > threshold:
             return language, probability, probs
         votes.setdefault(language, []).append(probability)
     if not votes:

@@ -36,9 +36,9 @@ commits what two consecutive passes agree on. This module runs that policy on th
   A pass that **copies its prompt** (8 tokens in a row of the committed text before the buffer)
   with more text than its audio could hold (over ``SPEECH_TOKENS_PER_S``: Whisper's way with a tail
   of too little speech; speech that repeats itself is not flagged) is unsure too. The last pass
-  (``finish``) commits all it hears, unless it looped or the model says it holds no speech
-  (``NO_SPEECH_LAST``): then only what the pass before said too (on half a second left after a
-  trim base looped on the committed sentence, 0.66 no speech);
+  (``finish``) commits all it hears, unless it looped or copied its prompt after other passes:
+  then only what the pass before said too, where that pass was sure (on half a second left after
+  a trim, base looped on the committed sentence or wrote out the whole stream again, twice);
 * the previous pass's tokens after the committed prefix are the **draft hint** of the next pass
   (``TranscribeOptions.draft_hint``, ``drafters/previous_pass.py``): most of a pass repeats the
   one before, and the verifier makes that repetition cheap without changing a token.
@@ -76,7 +76,6 @@ MIN_STEP_S, MAX_STEP_S = 0.1, 10.0
 MAX_BUFFER_S = 15.0  # whisper_streaming's default; at least two steps
 LOOP_MARGIN = 16  # tokens a pass may emit beyond the previous pass's and a step's worth (see _run)
 SPEECH_TOKENS_PER_S = 8.0  # more text than anyone speaks (English runs 3-5 tokens a second): see _run
-NO_SPEECH_LAST = 0.6  # the last pass commits only what the pass before agreed on above this (Whisper's threshold)
 LOW_CONFIDENCE = -0.65  # a pass whose mean token log-probability is below this commits nothing (see _pass)
 EMPTY_KEEP_S = 1.0  # a pass that hears no words keeps this much of the buffer: a word may be starting
 # Committed tokens kept as the prompt: about whisper_streaming's 200 characters. Every pass
@@ -85,7 +84,8 @@ EMPTY_KEEP_S = 1.0  # a pass that hears no words keeps this much of the buffer: 
 # with 224, against about 5-8 ms a decoded token.
 CONTEXT_TOKENS = 48
 SET_BY_STREAM = ("timestamps", "prefix", "draft_hint", "clip_timestamps", "condition_on_previous_text",
-                 "progress", "multilingual", "word_timestamps", "max_new_tokens", "chunk_length")
+                 "progress", "multilingual", "word_timestamps", "hallucination_silence_threshold", "max_new_tokens",
+                 "chunk_length")
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,8 @@ class LiveStream(ChunkConsumer):
 
     ``feed(chunk)`` takes float32 16 kHz mono samples (a 1-D numpy array; int16 arrays and int16
     little-endian PCM bytes too) and returns the events the passes it completed produced;
-    ``finish()`` decodes what is left, commits it and returns the last events; ``events(chunks)``
+    ``finish()`` decodes what is left, commits it (see the module docstring for a last pass that
+    loops) and returns the last events; ``events(chunks)``
     does both for an iterable of chunks. A chunk that is refused (wrong dtype or shape, NaN) raises
     ``AudioError`` and leaves the stream as it was. ``max_buffer_s``: see the module docstring. ``on_pass``: called with a ``PassRecord`` after
     each pass (tests decode it again; keep no reference to save memory). ``previous_pass_drafts``:
@@ -160,7 +161,8 @@ class LiveStream(ChunkConsumer):
                               where="max_buffer_s", hint="leave it out (15 s, or two steps where they are longer)")
         check_consumer_args("a live stream", "engine.stream", sample_rate, options, SET_BY_STREAM,
                             "the stream sets timestamps, prefix and draft hints itself; "
-                            "word timestamps, clips and chunk_length (a pass decodes one window of up to "
+                            "word timestamps (and hallucination_silence_threshold, which needs them), clips and "
+                            "chunk_length (a pass decodes one window of up to "
                             "30 s) are not supported live yet")
         options.setdefault("audio_ctx", "auto")
         # Greedy passes: a pass that loops is unsure and commits nothing (the next pass, a second
@@ -190,7 +192,8 @@ class LiveStream(ChunkConsumer):
         self._finished = False
         self._looped = False  # a short encoder window made the decoder loop on this buffer
         self._unsure = False  # the last pass looped, or its mean token log-probability was below LOW_CONFIDENCE
-        self._pass_doubtful = False  # the last pass looped, or its no-speech probability is above NO_SPEECH_LAST
+        self._looped_pass = False  # the last pass looped or copied its prompt
+        self._decoded_before = False  # a pass decoded words of this stream before the last one
         self.totals: dict = dict.fromkeys(("passes", "pass_s", "encoder_s", "decoder_s", "tokens", "decoder_calls",
                                            "verify_calls", "steps", "drafted", "accepted", "hint_drafted",
                                            "hint_accepted", "committed_tokens", "loops", "loops_cut", "prompt_copies",
@@ -210,7 +213,7 @@ class LiveStream(ChunkConsumer):
         return events
 
     def finish(self) -> list[LiveEvent]:
-        """Decode what is left and commit all of it; the stream then takes no more audio."""
+        """Decode what is left and commit it; the stream then takes no more audio."""
         if self._finished:
             return []
         self._finished = True
@@ -231,14 +234,12 @@ class LiveStream(ChunkConsumer):
             return events + self._tail_event("", self._time(self._offset))
         current = self._decode(buffer)
         begin, close_all = len(self._prefix), final
-        if final and not self._pass_doubtful:
+        looped_after_others, self._decoded_before = self._looped_pass and self._decoded_before, True
+        if final and not looped_after_others:
             done = len(current)
-        elif final:  # only what the pass before also said: half a second left after a trim made
-            # base loop on the committed sentence (its prompt), or copy the prompt (no speech 0.75)
+        else:  # a last pass that looped or copied its prompt: only what a sure pass before said too
             done = agreed_length(current, self._previous, begin, self._tb, self._starts_word)
-        else:
-            done = agreed_length(current, self._previous, begin, self._tb, self._starts_word)
-            if self._unsure:
+            if self._unsure and not final:
                 done = begin
             if buffer.size + self._step > self._max_buffer and not any(self._closes(current, i)
                                                                        for i in range(begin, done)):
@@ -366,7 +367,7 @@ class LiveStream(ChunkConsumer):
             self._context.clear()  # a loop in the prompt makes the next passes loop (faster-whisper resets it too)
         # A pass that looped (cut or creeping) is unsure too: two looping passes agree on the loop's
         # first turns, and the trimmed buffer then loses the speech after it.
-        self._pass_doubtful = looped or (window.no_speech_prob is not None and window.no_speech_prob > NO_SPEECH_LAST)
+        self._looped_pass = looped
         self._unsure = looped or (window.avg_logprob is not None and window.avg_logprob < LOW_CONFIDENCE)
         if self.language is None and any(t < self._eot for t in tokens):
             self.language = transcription.language  # detected once, on the first pass that heard words

@@ -76,6 +76,12 @@ class ChunkConsumer:
     own, audio queued in ``self._input`` (a ``ChunkQueue``)."""
 
     _input: ChunkQueue
+    _finished: bool
+
+    @property
+    def finished(self) -> bool:
+        """Whether ``finish()`` was called (it may still be running, where it was interrupted)."""
+        return self._finished
 
     def feed(self, chunk) -> list:
         raise NotImplementedError

@@ -225,11 +225,15 @@ def verify(name: str) -> str:
     """Check a pulled model's files and model.bin checksum, and its int8 copy (where made) against
     the checksums recorded when it was made: the copy is what int8 runs load. Returns the sha256."""
     digest = _verify_weights(name)
+    _verify_int8_copy(name)
+    return digest
+
+
+def _verify_int8_copy(name: str) -> None:
     copy = models_dir() / f"{name}-int8"
     if all((copy / f).is_file() for f in REQUIRED_FILES):
         verify_folder(copy, hint=f"run: specwhisper models pull {name} (the int8 copy is made again from the "
                                  "verified weights)")
-    return digest
 
 
 def _verify_weights(name: str) -> str:
@@ -291,7 +295,9 @@ def pull(name: str, *, quiet: bool = False, repair: bool = False) -> Path:
         except ModelError:
             shutil.rmtree(models_dir() / f"{name}-int8", ignore_errors=True)  # made from the damaged weights
         else:
-            if not verify_quietly(name):  # the weights hold and their int8 copy does not: made again at next use
+            try:
+                _verify_int8_copy(name)
+            except ModelError:  # the weights hold and their int8 copy does not: made again at next use
                 shutil.rmtree(models_dir() / f"{name}-int8", ignore_errors=True)
             return dest
     dest.parent.mkdir(parents=True, exist_ok=True)

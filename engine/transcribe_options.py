@@ -77,7 +77,7 @@ class TranscribeOptions:
     append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
     hallucination_silence_threshold: float | None = None
     language_detection_segments: int = 1
-    language_detection_threshold: float = 0.5
+    language_detection_threshold: float | None = 0.5  # None: the first window decides
 
     def __post_init__(self) -> None:
         if self.task not in ("transcribe", "translate"):

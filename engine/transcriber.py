@@ -241,7 +241,7 @@ class WhisperEngine:
             if self.selftest_result.row_floor is None:
                 warnings.warn("batch-invariance self-test failed on this machine: decoding single-row with "
                               "speculation off (damaged weights fail it too: check them with 'specwhisper models "
-                              f"verify {model if isinstance(model, str) else self.model_dir}')", stacklevel=2)
+                              f"verify {_verify_name(model, self.model_dir)}')", stacklevel=2)
         elif not self.lm.has_step_api:
             warnings.warn("this CTranslate2 build has no step API (prefill/forward_step): transcribing with "
                           "CT2 generate(); speculative decoding is unavailable here", stacklevel=2)
@@ -837,6 +837,17 @@ def _tokenmap_language(tmap, tokenizer) -> str | None:
                             where=tmap.source, hint="rebuild it with: specwhisper tokenmap build ... "
                                                     "--language CODE (or --language none)") from None
     return language
+
+
+def _verify_name(model, model_dir: Path) -> str:
+    """What ``models verify`` takes for this model: a store model's name (its weights' checksum is
+    known), else its folder."""
+    from .model_store import REGISTRY, models_dir
+
+    for name in (str(model), model_dir.name.removesuffix("-int8")):
+        if name in REGISTRY and model_dir.resolve().parent == models_dir().resolve():
+            return name
+    return str(model_dir)
 
 
 def _make_tokenmap_drafter(path: str | Path | TokenMap | None, tokenizer, learn: bool) -> Drafter:

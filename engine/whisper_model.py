@@ -195,8 +195,10 @@ class WhisperModel:
         if audio is None and features is None:
             raise SpecWhisperError("detect_language needs audio or features", where="audio",
                                    hint="pass a 16 kHz waveform")
+        opts = checked_options("WhisperModel.detect_language", language_detection_segments=language_detection_segments,
+                               language_detection_threshold=language_detection_threshold)
         if audio is None:
-            return self._language_of_features(features, language_detection_segments, language_detection_threshold)
+            return self._language_of_features(features, opts)
         waveform = _waveform(audio)
         if vad_filter and waveform.size:
             from .vad import collect_chunks, get_speech_timestamps, vad_options_from
@@ -212,11 +214,8 @@ class WhisperModel:
         probs = stream.language_probs or [(stream.language, stream.language_probability)]
         return stream.language, stream.language_probability, probs
 
-    def _language_of_features(self, features, segments: int, threshold: float
-                              ) -> tuple[str, float, list[tuple[str, float]]]:
+    def _language_of_features(self, features, opts) -> tuple[str, float, list[tuple[str, float]]]:
         lm = self.engine.lm
-        opts = checked_options("WhisperModel.detect_language", language_detection_segments=segments,
-                               language_detection_threshold=threshold)
         windows = feature_windows(features, lm.n_mels, opts.language_detection_segments)
         with lm.lock:
             return vote_language((lm.language_probs(lm.encode(window)) for window in windows),

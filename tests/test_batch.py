@@ -167,6 +167,10 @@ def test_process_pool_equals_sequential_resumes_and_redoes_what_changed(tmp_path
     more = transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json", "txt"), **options)
     assert [o.status for o in more.outcomes] == ["done"] * 4  # a format not recorded: run again
     assert len(list((tmp_path / "pool").rglob("*.txt"))) == 4
+    edited = next((tmp_path / "pool").rglob("*.txt"))
+    edited.write_text("edited by hand\n")  # a format this rerun does not ask for: not read
+    assert [o.status for o in transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json",),
+                                               **options).outcomes] == ["skipped"] * 4
     transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json", "srt"), **options)
 
     victim = next((tmp_path / "pool").rglob("*.srt"))

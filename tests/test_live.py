@@ -140,7 +140,8 @@ def test_bad_input_gives_clear_errors(engine):
         stream.feed(audio)
     assert info.value.hint
     for kwargs, where in (({"step_s": 0}, "step_s"), ({"step_s": "1"}, "step_s"), ({"timestamps": "off"}, "timestamps"),
-                          ({"word_timestamps": True}, "word_timestamps"), ({"numerics": "fast"}, "numerics (--numerics)")):
+                          ({"word_timestamps": True}, "word_timestamps"),
+                          ({"hallucination_silence_threshold": 2.0}, "hallucination_silence_threshold"), ({"numerics": "fast"}, "numerics (--numerics)")):
         with pytest.raises(SpecWhisperError) as info:
             engine.stream("en", **kwargs)
         assert info.value.where == where
@@ -192,6 +193,17 @@ def test_ctrl_c_in_the_stream_command_still_commits_what_was_heard(engine, share
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert "for your country" in "".join(e["text"] for e in events if e["type"] == "commit").lower()
 
+    import specwhisper.live as live
+
+    def interrupted_last_pass(self, final=False):
+        if final:
+            raise KeyboardInterrupt
+        return []
+
+    monkeypatch.setattr(live.LiveStream, "_pass", interrupted_last_pass)  # Ctrl-C in the last pass itself
+    assert main(["stream", "mic", "--model", str(engine.model_dir), "--language", "en"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+
 
 def test_a_last_pass_that_loops_commits_only_what_the_pass_before_said(engine, longform, monkeypatch):
     """``finish()`` commits all its last pass hears, unless that pass looped or copied its prompt
@@ -199,17 +211,19 @@ def test_a_last_pass_that_loops_commits_only_what_the_pass_before_said(engine, l
     what the pass before said too. The passes are fixed here; the tokens are words of the file."""
     tb = engine.tokenizer.special.timestamp_begin
     said, copy = engine.tokenizer.encode(" one two"), engine.tokenizer.encode(" three three")
-    for looped, expected in ((False, "three three"), (True, "")):
+    for looped, seconds, expected in ((False, 2, "three three"), (True, 2, ""), (True, 0.5, "one two three three")):
         stream = engine.stream("en")
 
         def fake_pass(buffer, stream=stream, looped=looped):
             final = stream._finished
-            stream._unsure = stream._pass_doubtful = final and looped
+            stream._unsure = stream._looped_pass = final and looped
             return [tb] + said + (copy if final else [])
 
         monkeypatch.setattr(stream, "_decode", fake_pass)
-        fed = [e for i in range(0, 2 * SAMPLE_RATE, SAMPLE_RATE) for e in stream.feed(longform[i:i + SAMPLE_RATE])]
-        assert _committed(fed).strip() == "one two"
+        audio = longform[:round(seconds * SAMPLE_RATE)]
+        fed = [e for i in range(0, audio.size, SAMPLE_RATE) for e in stream.feed(audio[i:i + SAMPLE_RATE])]
+        assert _committed(fed).strip() == ("one two" if seconds >= 2 else "")
+        # a single pass (no pass before it) commits what it heard, as before
         assert _committed(stream.finish()).strip() == expected
 
 

@@ -249,6 +249,10 @@ def test_detect_language_from_features_equals_from_audio(model, jfk_path):
             model.detect_language(features=bad)
     with pytest.raises(OptionError, match="language_detection_segments"):
         model.detect_language(features=features, language_detection_segments=0)
+    assert model.detect_language(features=features, language_detection_threshold=None) == expected  # first decides
+    for bad in ({"language_detection_threshold": "0.5"}, {"language_detection_segments": None}):
+        with pytest.raises(OptionError, match=next(iter(bad))):  # a TypeError deep in the vote before
+            model.detect_language(audio, **bad)
 
 
 @pytest.mark.parametrize("bad", [0, -5, 31, 40, 10.0, 10.5, "10", True])

@@ -1,8 +1,8 @@
 """What makes a batch resumable: beside the outputs, a record per input of what was transcribed
 (the input's size and modification time, the options that decide the text) and the sha256 of every
-output written. A rerun skips an input only where its record matches and every output still has
-the bytes recorded: an output edited, cut short or deleted, an input replaced, or an option that
-changes the text makes it run again. Drafters, thread counts and workers are left out of the key:
+output written. A rerun skips an input only where its record matches and every output it asks
+for still has the bytes recorded: an output edited, cut short or deleted, an input replaced, or
+an option that changes the text makes it run again. Drafters, thread counts and workers are left out of the key:
 they change speed, never text. So are the output formats: a rerun that asks for fewer of them
 finds them recorded and redoes nothing; one that asks for a format not recorded runs the input again."""
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..io_utils import atomic_write_text, sha256_file
@@ -58,9 +59,10 @@ def write_record(output_dir: str | Path, name: str, audio_path: str, key: str, o
     return atomic_write_text(record_path(output_dir, name), json.dumps(record, indent=1) + "\n")
 
 
-def is_done(output_dir: str | Path, name: str, audio_path: str, key: str, wanted: list[Path] = ()) -> bool:
+def is_done(output_dir: str | Path, name: str, audio_path: str, key: str, wanted: Sequence[Path] = ()) -> bool:
     """True where ``name``'s outputs are there with the recorded bytes, for this input and these
-    options, and every file of ``wanted`` (the outputs this run asks for) is among them."""
+    options, and every file of ``wanted`` (the outputs this run asks for) is among them; with
+    ``wanted``, only those are read (an output of a format not asked for may have been edited)."""
     try:
         record = json.loads(record_path(output_dir, name).read_text(encoding="utf-8"))
         stamp = input_stamp(audio_path)
@@ -68,6 +70,7 @@ def is_done(output_dir: str | Path, name: str, audio_path: str, key: str, wanted
                 or record["input"] != os.path.abspath(audio_path)
                 or not {str(Path(p).relative_to(output_dir)) for p in wanted} <= record["outputs"].keys()):
             return False
-        return all(sha256_file(Path(output_dir) / rel) == digest for rel, digest in record["outputs"].items())
+        asked = {str(Path(p).relative_to(output_dir)) for p in wanted} or record["outputs"].keys()
+        return all(sha256_file(Path(output_dir) / rel) == record["outputs"][rel] for rel in asked)
     except (OSError, ValueError, KeyError, TypeError):  # no record, a damaged one, an output gone: do it again
         return False
