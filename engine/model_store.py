@@ -323,15 +323,6 @@ def pull(name: str, *, quiet: bool = False, repair: bool = False) -> Path:
     return dest
 
 
-def verify_quietly(name: str) -> bool:
-    """Whether a pulled model's checksum holds (``verify`` without the error)."""
-    try:
-        verify(name)
-    except ModelError:
-        return False
-    return True
-
-
 def _remove_stale_staging(name: str) -> None:
     import time
 

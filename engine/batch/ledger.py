@@ -66,11 +66,10 @@ def is_done(output_dir: str | Path, name: str, audio_path: str, key: str, wanted
     try:
         record = json.loads(record_path(output_dir, name).read_text(encoding="utf-8"))
         stamp = input_stamp(audio_path)
-        if (record["settings"] != key or record["size"] != stamp["size"] or record["mtime_ns"] != stamp["mtime_ns"]
-                or record["input"] != os.path.abspath(audio_path)
-                or not {str(Path(p).relative_to(output_dir)) for p in wanted} <= record["outputs"].keys()):
-            return False
         asked = {str(Path(p).relative_to(output_dir)) for p in wanted} or record["outputs"].keys()
+        if (record["settings"] != key or record["size"] != stamp["size"] or record["mtime_ns"] != stamp["mtime_ns"]
+                or record["input"] != os.path.abspath(audio_path) or not asked <= record["outputs"].keys()):
+            return False
         return all(sha256_file(Path(output_dir) / rel) == record["outputs"][rel] for rel in asked)
     except (OSError, ValueError, KeyError, TypeError):  # no record, a damaged one, an output gone: do it again
         return False

@@ -44,7 +44,7 @@ def load_draft_model(draft: str | Path, main_tokenizer: WhisperTokenizer, *, mai
     from ..model_store import resolve_model
 
     if device not in ("cpu", "cuda"):
-        raise ModelError(f"unknown draft device {device!r}", where=option_where("draft_device"), hint="use cpu or cuda")
+        raise ModelError(f"unknown draft device {device!r}", where=option_where("device"), hint="use cpu or cuda")
     if threads < 1:
         raise ModelError(f"draft threads must be >= 1, got {threads}", where=option_where("draft_model"))
     try:
