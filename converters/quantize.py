@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from specwhisper.errors import ModelError
+from specwhisper.model_store import is_generated
 
 from .ct2_bin import ModelBinReader, ModelBinWriter, VariableInfo, read_index
 from .model_card import CARD_NAME, file_entries, write_model_card
@@ -200,8 +201,10 @@ def quantize_ct2_model(src_dir: str | Path, dst_dir: str | Path, quantization: s
                        progress: Callable[[str], None] | None = None) -> Path:
     """Copy the CT2 model in ``src_dir`` to ``dst_dir`` with weights stored as ``quantization``.
 
-    Every other file (config.json, tokenizer.json, vocabulary, maps) is copied unchanged and a
-    ``model_card.json`` is written. ``dst_dir`` appears whole or not at all.
+    Every other file (config.json, tokenizer.json, vocabulary, maps) is copied unchanged, except the
+    graphs generated from the source's weights (``model_store.is_generated``: built again for the
+    copy's weights, up to 600 MB for base), and a ``model_card.json`` is written. ``dst_dir``
+    appears whole or not at all.
     """
     src_dir = Path(src_dir).expanduser()
     check_quantization(quantization)
@@ -212,7 +215,8 @@ def quantize_ct2_model(src_dir: str | Path, dst_dir: str | Path, quantization: s
     if Path(dst_dir).expanduser().absolute() == src_dir.absolute():
         raise ModelError("source and destination are the same directory", where=str(src_dir),
                          hint="write the quantized copy to another directory")
-    inputs = [p for p in src_dir.iterdir() if p.is_file() and p.name != CARD_NAME and not p.name.startswith(".")]
+    inputs = [p for p in src_dir.iterdir()
+              if p.is_file() and p.name != CARD_NAME and not p.name.startswith(".") and not is_generated(p.name)]
     with staged_dir(dst_dir, overwrite) as tmp:
         if progress:
             progress(f"re-encoding {src_dir / 'model.bin'} as {quantization}")

@@ -105,12 +105,24 @@ def model_path(name: str) -> Path:
     return models_dir() / name
 
 
+GENERATED_PREFIXES = ("encoder-", "decoder-")  # every name generated_file is asked for starts so
+
+
+def is_generated(name: str) -> bool:
+    """Whether a file of a model folder was generated from its weights (``generated_file``): a
+    cache built again where it is missing, not part of the model. A copy of the model (its int8
+    copy) leaves these out, and a model card that recorded them does not make them required."""
+    return name.startswith(GENERATED_PREFIXES)
+
+
 def generated_file(model_dir: Path, name: str) -> Path:
     """Where a file generated from a model's weights (an ONNX graph of its encoder or decoder) is
     kept: beside a model of the store, else in the cache (a user's own model directory is not
     written to), under a tag of the model file it was built from."""
     import hashlib
 
+    if not is_generated(name):
+        raise ValueError(f"a generated file's name starts with one of {GENERATED_PREFIXES}: {name!r}")
     model_dir = model_dir.resolve()
     if models_dir().resolve() in model_dir.parents:
         return model_dir / name
@@ -265,6 +277,7 @@ def verify_folder(path: Path, hint: str = "convert the model again") -> int:
         entries = [(e["name"], e["sha256"], e["bytes"]) for e in json.loads(card.read_text(encoding="utf-8"))["outputs"]]
     except (OSError, ValueError, KeyError, TypeError):
         raise ModelError(f"{CARD_NAME} is unreadable", where=str(card), hint=hint) from None
+    entries = [entry for entry in entries if not is_generated(entry[0])]  # older int8 copies' cards list them
     for file_name, digest, size in entries:
         file = path / file_name
         if not file.is_file():

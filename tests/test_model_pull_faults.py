@@ -144,3 +144,23 @@ def test_a_damaged_int8_copy_is_found_by_verify_and_made_again(store, served, ca
         (bare / name).write_bytes((copy / name).read_bytes() if (copy / name).is_file() else b"{}")
     (bare / "config.json").write_bytes((copy / "config.json").read_bytes())
     assert main(["models", "verify", str(bare)]) == 0 and "no model_card.json" in capsys.readouterr().out
+
+
+def test_the_int8_copy_leaves_out_graphs_generated_from_the_source(store, served, capsys):
+    """Graphs built from the float16 weights (up to 600 MB for base) were copied into the int8
+    copy and recorded in its card: the copy then ran graphs of other weights, and deleting such a
+    cache made ``models verify`` call the copy damaged. Now the copy builds its own and a card
+    that lists one does not make it required."""
+    model_store.pull("fake", quiet=True)
+    source_graph = model_store.generated_file(model_store.model_path("fake"), "encoder-int8-g2.onnx")
+    assert source_graph.parent == model_store.model_path("fake")
+    source_graph.write_bytes(b"a graph of the float16 weights")
+    copy = model_store.int8_copy("fake")
+    card = json.loads((copy / "model_card.json").read_text())
+    assert not (copy / source_graph.name).exists()
+    assert source_graph.name not in {entry["name"] for entry in card["outputs"] + card["inputs"]}
+    card["outputs"].append({"name": "decoder-int8-paired-g10-step.onnx", "sha256": "0" * 64, "bytes": 1})
+    (copy / "model_card.json").write_text(json.dumps(card))  # an older card: listed, since deleted
+    assert main(["models", "verify", "fake"]) == 0, capsys.readouterr().err
+    with pytest.raises(ValueError):
+        model_store.generated_file(copy, "model.bin")
