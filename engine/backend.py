@@ -19,7 +19,7 @@ import numpy as np
 
 from .call_timing import TimingInput, call_seconds, interleaved_call_seconds, monotone_costs
 from .encoders import choose_encoder
-from .errors import ModelError, option_where
+from .errors import ModelError, OptionError, option_where
 from .measure_cache import cache_get, cache_put, kernel_env, measuring
 from .model_check import check_against_weights
 from .model_store import check_model_dir
@@ -185,6 +185,12 @@ class LoadedModel:
                                       compute_type=compute_type or self._requested_compute_type,
                                       intra_threads=threads, inter_threads=1)
         except (RuntimeError, ValueError) as exc:
+            asked = compute_type or self._requested_compute_type
+            if "compute type" in str(exc) and "do not support" in str(exc):  # the machine, not the model
+                supported = sorted(ct2.get_supported_compute_types(self.device, self.device_index))
+                raise OptionError(f"this {self.device.upper()} cannot compute in {asked}: {exc}",
+                                  where=option_where("compute_type"),
+                                  hint=f"use one of {', '.join(supported)} here (specwhisper doctor lists them)") from None
             raise ModelError(f"CTranslate2 cannot load the model: {exc}", where=str(self.model_dir),
                              hint="the model may be corrupt, of another kind, or need another compute type") from None
 

@@ -68,6 +68,11 @@ class OptionError(SpecWhisperError, ValueError):
     """A bad option value: a ValueError too, as faster-whisper's callers expect."""
 
 
+class UnknownModelError(ModelError, ValueError):
+    """A model name that is neither a known size, a folder nor a hub repo id: a ValueError too,
+    as faster-whisper's "Invalid model size" is."""
+
+
 class UnknownOptionError(SpecWhisperError, TypeError):
     """A keyword no call of that name takes: a TypeError too, as Python raises for one (and
     faster-whisper's callers expect), with the names there are."""

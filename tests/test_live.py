@@ -207,22 +207,27 @@ def test_ctrl_c_in_the_stream_command_still_commits_what_was_heard(engine, share
 
 def test_a_last_pass_that_loops_commits_only_what_the_pass_before_said(engine, longform, monkeypatch):
     """``finish()`` commits all its last pass hears, unless that pass looped or copied its prompt
-    (base on half a second after the last sentence wrote the committed sentence again): then only
-    what the pass before said too. The passes are fixed here; the tokens are words of the file."""
+    (base on half a second after the last sentence wrote the committed sentence again), or was
+    unsure on less than a second of audio (base said "Bye." at -0.86 on the breath after jfk's last
+    word at 0.3 s steps): then only what the pass before said too. The passes are fixed here; the
+    tokens are words of the file."""
     tb = engine.tokenizer.special.timestamp_begin
     said, copy = engine.tokenizer.encode(" one two"), engine.tokenizer.encode(" three three")
-    for looped, seconds, expected in ((False, 2, "three three"), (True, 2, ""), (True, 0.5, "one two three three")):
-        stream = engine.stream("en")
+    for doubt, seconds, step, expected in (("", 2, 1.0, "three three"), ("looped", 2, 1.0, ""),
+                                           ("looped", 0.5, 1.0, "one two three three"),
+                                           ("unsure", 0.6, 0.3, ""), ("unsure", 2, 1.0, "three three")):
+        stream = engine.stream("en", step_s=step)
 
-        def fake_pass(buffer, stream=stream, looped=looped):
+        def fake_pass(buffer, stream=stream, doubt=doubt):
             final = stream._finished
-            stream._unsure = stream._looped_pass = final and looped
+            stream._looped_pass = final and doubt == "looped"
+            stream._unsure = final and bool(doubt)
             return [tb] + said + (copy if final else [])
 
         monkeypatch.setattr(stream, "_decode", fake_pass)
         audio = longform[:round(seconds * SAMPLE_RATE)]
         fed = [e for i in range(0, audio.size, SAMPLE_RATE) for e in stream.feed(audio[i:i + SAMPLE_RATE])]
-        assert _committed(fed).strip() == ("one two" if seconds >= 2 else "")
+        assert _committed(fed).strip() == ("one two" if seconds >= 2 * step else "")
         # a single pass (no pass before it) commits what it heard, as before
         assert _committed(stream.finish()).strip() == expected
 

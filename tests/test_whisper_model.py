@@ -126,6 +126,27 @@ def test_batched_pipeline_tokens_do_not_depend_on_batch_size(model, shared_data)
     assert all(tokens == runs[1] for tokens in runs.values()) and runs[1]
 
 
+def test_batched_pipeline_leaves_out_the_silence_between_speech(model, jfk_path):
+    """As faster-whisper's: a chunk is the speech the VAD found, joined (the silence between was
+    decoded, 5.5 s of 21 here), ``duration_after_vad`` its length, and times those of the audio."""
+    from specwhisper.vad import VadOptions, get_speech_timestamps
+
+    jfk = decode_audio(jfk_path)
+    audio = np.concatenate([np.zeros(48000, np.float32), jfk, np.zeros(96000, np.float32), jfk[:64000],
+                            np.zeros(48000, np.float32)])
+    speech = get_speech_timestamps(audio, VadOptions(max_speech_duration_s=30, min_silence_duration_ms=160))
+    segments, info = BatchedInferencePipeline(model).transcribe(audio, beam_size=1, word_timestamps=True)
+    segments = list(segments)
+    assert info.duration == pytest.approx(27.0)
+    assert info.duration_after_vad == pytest.approx(sum(c["end"] - c["start"] for c in speech) / 16000)
+    assert info.duration_after_vad < 17 and len(speech) >= 2
+    assert [s.seek for s in segments] == [0]  # one chunk: 15 s of speech, from 0 s of speech
+    words = segments[0].words
+    assert speech[0]["start"] / 16000 - 0.1 <= words[0].start < 4 and 22 < words[-1].end <= 24.5
+    assert any(w.start > 20 for w in words) and not any(15 < w.start < 20 for w in words)  # none in the gap
+    assert _words(segments[0].text)[:len(_words(JFK))] == _words(JFK)
+
+
 def test_batched_pipeline_clip_timestamps(model, jfk_path):
     audio = decode_audio(jfk_path)
     audio = np.concatenate([audio, audio])
@@ -154,6 +175,10 @@ def test_stereo_input_is_mixed_or_split(model, jfk_path, tmp_path):
     soundfile.write(path, np.stack([mono, np.zeros_like(mono)], axis=1), 16000)
     left, right = decode_audio(str(path), split_stereo=True)
     assert np.allclose(left, mono, atol=1e-4) and not right.any()
+    left8k, _ = decode_audio(str(path), sampling_rate=8000, split_stereo=True)  # the rate was ignored here
+    assert left8k.size == mono.size // 2 and decode_audio(jfk_path, sampling_rate=8000).size == mono.size // 2
+    both = decode_audio(jfk_path, split_stereo=True)  # a mono file: both channels, as faster-whisper's
+    assert len(both) == 2 and np.array_equal(both[0], both[1]) and np.allclose(both[0], mono, atol=1e-4)
     text = "".join(s.text for s in model.transcribe(left, beam_size=1)[0])
     assert _words(text) == _words(JFK)
     with open(path, "rb") as fh:  # a file object, as faster-whisper accepts
@@ -318,6 +343,31 @@ def test_format_timestamp():
     assert format_timestamp(3661.5) == "01:01:01.500"
     assert format_timestamp(5.25) == "00:05.250"
     assert format_timestamp(5.25, always_include_hours=True, decimal_marker=",") == "00:00:05,250"
+
+
+def test_faster_whisper_attributes_names_and_errors(model, jfk_path):
+    """What migrated scripts read and catch: ``model.model.is_multilingual``, the feature
+    extractor's constants and features, faster-whisper's size names (from the hub where no
+    registry entry holds them), ValueError for a size no one has, CT2 load keywords said unused."""
+    from specwhisper import available_models, download_model
+
+    assert model.model.is_multilingual and model.frames_per_second == 100 and model.max_length == 448
+    fe = model.feature_extractor
+    assert (fe.sampling_rate, fe.hop_length, fe.n_samples, fe.nb_max_frames) == (16000, 160, 480000, 3000)
+    features = fe(decode_audio(jfk_path))
+    assert features.shape == (80, 1101) and np.array_equal(features, fe(decode_audio(jfk_path)))
+    assert model.hf_tokenizer.encode(" country", add_special_tokens=False).ids == \
+        model.engine.tokenizer.encode(" country")
+    assert {"tiny.en", "base", "large-v3", "turbo"} <= set(available_models())
+    with pytest.raises(ValueError, match="unknown model 'huge-v9'"):
+        download_model("huge-v9")
+    with pytest.raises(TypeError, match="unknown option 'flash_atention'") as info:
+        WhisperModel("tiny.en", flash_atention=True)
+    assert info.value.where == "WhisperModel"
+    with pytest.warns(UserWarning, match="flash_attention: CTranslate2 load options"):
+        assert WhisperModel("tiny.en", cpu_threads=2, flash_attention=True).model.is_multilingual is False
+    with pytest.raises(ValueError):
+        format_timestamp(-1.0)
 
 
 def test_a_model_from_in_memory_files(tiny_model_dir, jfk_path, tmp_path, monkeypatch):
