@@ -376,7 +376,7 @@ class BatchedInferencePipeline:
                   hallucination_silence_threshold=None, vad_filter=False, chunk_length=None)
         model = self.model
         info_language = _checked_language(model, language)
-        if language is None and spans:
+        if language is None and spans and model.engine.tokenizer.multilingual:
             first = waveform[int(spans[0][0] * SAMPLE_RATE):int(spans[0][1] * SAMPLE_RATE)]
             info_language, probability, probs = model.detect_language(first)
         else:

@@ -24,6 +24,15 @@ def test_result_fields_and_timings(base_engine, shared_data):
     assert result.row_floor == base_engine.row_floor
 
 
+def test_batch_size_with_timestamps_says_it_does_nothing(base_engine, shared_data):
+    """``batch_size`` decodes independent windows together; a timestamped window starts where the
+    one before ended, so there it was taken without a word (a new user expected batching)."""
+    jfk = shared_data / "real/audio/jfk.flac"
+    with pytest.warns(UserWarning, match="batch_size=4 has no effect with timestamps"):
+        timed = base_engine.transcribe(jfk, language="en", timestamps="on", batch_size=4)
+    assert timed.tokens == base_engine.transcribe(jfk, language="en", timestamps="on").tokens
+
+
 def test_concurrent_calls_on_one_model(base_engine, shared_data):
     paths = [shared_data / "real/audio/jfk.flac", shared_data / "real/audio/librispeech_1272-128104-0000.flac"] * 2
     sequential = [base_engine.transcribe(p, language="en", numerics="single-row").tokens for p in paths]
