@@ -63,6 +63,9 @@ def render(result: Transcript, fmt: str, extra: dict | None = None, cues: CueOpt
             data.update(extra)
         return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
     timed = list(iter_cues(result.segments, cues or CueOptions()))
+    duration = result.to_dict().get("duration_s")
+    if duration is not None:  # Whisper may time a last segment past the audio: a cue ends with its media
+        timed = [(min(a, duration), min(b, duration), text) for a, b, text in timed]
     if fmt == "srt":
         return "".join(f"{i}\n{_timestamp(a, ',')} --> {_timestamp(b, ',')}\n{text}\n\n"
                        for i, (a, b, text) in enumerate(timed, 1))

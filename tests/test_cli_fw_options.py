@@ -205,3 +205,18 @@ def test_vtt_and_json_render_words():
     assert data["segments"][0]["words"][1] == {"start": 1.0, "end": 1.5, "word": " b", "probability": 0.9}
     Transcript.segments = [Segment(0.0, 1.0, " a", [], None)]
     assert "words" not in json.loads(render(Transcript(), "json"))["segments"][0]
+
+
+def test_cues_end_with_the_audio():
+    """Whisper may time a last segment past the audio's end (longform.flac, 150.19 s: a cue to
+    150.64 s; a 47 s file: to 48.42 s): a subtitle ends with its media."""
+    class Transcript:
+        text = "a b"
+        segments = [Segment(0.0, 40.0, " a", [], None), Segment(40.0, 48.42, " b", [], None)]
+
+        def to_dict(self) -> dict:
+            return {"text": self.text, "duration_s": 47.0}
+
+    srt = render(Transcript(), "srt")
+    assert "00:00:40,000 --> 00:00:47,000\nb" in srt and "48,420" not in srt
+    assert json.loads(render(Transcript(), "json"))["segments"][1]["end_s"] == 48.42  # the data stays Whisper's
