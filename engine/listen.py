@@ -116,6 +116,7 @@ class CommandListener(ChunkConsumer):
         options.setdefault("audio_ctx", "auto")
         checked_options("engine.listen", SET_BY_LISTENER, language=language, task=task, **options)  # all checked now
         language = engine.tokenizer.checked_language(language)  # a code this model knows
+        task = engine.tokenizer.checked_task(task)  # said once here, not on every utterance
         self.engine, self.language, self.task = engine, language, task
         self._options = options
         self.detector = make_detector(endpointing, vad_threshold, energy_threshold_db)

@@ -172,6 +172,7 @@ class LiveStream(ChunkConsumer):
         options.setdefault("temperature", 0.0)
         opts = checked_options("engine.stream", SET_BY_STREAM, language=language, task=task, **options)  # all checked now
         language = engine.tokenizer.checked_language(language)  # a code this model knows
+        task = engine.tokenizer.checked_task(task)  # said once here, not on every pass
         self.engine, self.language, self.task = engine, language, task
         self.previous_pass_drafts, self.force_committed, self.on_pass = previous_pass_drafts, force_committed, on_pass
         prompt = opts.initial_prompt

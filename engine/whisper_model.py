@@ -476,10 +476,15 @@ def _window_segments(window: WindowResult, word_timestamps: bool) -> list[Segmen
 
 def _restore_times(segments: Iterator[Segment], speech: list[dict]) -> Iterator[Segment]:
     """Times in the speech-only audio mapped back to the original (faster-whisper's rule: a
-    word's start and end in the chunk holding its middle)."""
+    word's start and end in the chunk holding its middle). A segment's end is mapped in the chunk
+    holding the moment a timestamp step (20 ms) before it, its start in the one a step after:
+    Whisper's times are whole steps, and an end rounded a few ms past a chunk's last sample took
+    the silence after that chunk with it (a chunk of a batched run ending at 26.416 s was timed to
+    26.42 s, and its segment then ended 10 s into the silence)."""
     from .vad import SpeechTimestampsMap
 
     times = SpeechTimestampsMap(speech, SAMPLE_RATE)
+    step = 0.02
     for seg in segments:
         if seg.words:
             for word in seg.words:
@@ -488,8 +493,10 @@ def _restore_times(segments: Iterator[Segment], speech: list[dict]) -> Iterator[
                 word.end = times.get_original_time(word.end, chunk)
             seg.start, seg.end = seg.words[0].start, seg.words[-1].end
         else:
-            seg.start = times.get_original_time(seg.start)
-            seg.end = times.get_original_time(seg.end, is_end=True)
+            start_chunk = times.get_chunk_index(min(seg.end, seg.start + step))
+            end_chunk = times.get_chunk_index(max(seg.start, seg.end - step))
+            seg.start = times.get_original_time(seg.start, start_chunk)
+            seg.end = times.get_original_time(seg.end, end_chunk)
         yield seg
 
 
@@ -525,18 +532,17 @@ def decode_audio(input_file, sampling_rate: int = 16000, split_stereo: bool = Fa
         if data.shape[1] > 2:
             raise SpecWhisperError(f"split_stereo needs 1 or 2 channels, the file has {data.shape[1]}",
                                    where=str(input_file), hint="pass split_stereo=False (channels are averaged)")
-        return tuple(_at_rate(load_audio(data[:, min(c, data.shape[1] - 1)], sample_rate=rate), sampling_rate)
-                     for c in (0, 1))
-    return _at_rate(load_audio(input_file), sampling_rate)
+        return tuple(_resampled(data[:, min(c, data.shape[1] - 1)], rate, sampling_rate) for c in (0, 1))
+    return _resampled(load_audio(input_file), SAMPLE_RATE, sampling_rate)
 
 
-def _at_rate(audio: np.ndarray, sampling_rate: int) -> np.ndarray:
-    """16 kHz samples at ``sampling_rate``."""
-    if sampling_rate == SAMPLE_RATE:
-        return audio
+def _resampled(audio: np.ndarray, rate: int, sampling_rate: int) -> np.ndarray:
+    """Samples at ``rate`` as samples at ``sampling_rate`` (one resampling)."""
+    if sampling_rate == rate:
+        return np.ascontiguousarray(audio, dtype=np.float32)
     import soxr
 
-    return soxr.resample(audio, SAMPLE_RATE, sampling_rate).astype(np.float32)
+    return soxr.resample(audio, rate, sampling_rate).astype(np.float32)
 
 
 def available_models() -> list[str]:

@@ -147,6 +147,22 @@ def test_batched_pipeline_leaves_out_the_silence_between_speech(model, jfk_path)
     assert _words(segments[0].text)[:len(_words(JFK))] == _words(JFK)
 
 
+def test_batched_chunk_edges_stay_out_of_the_silence(shared_data):
+    """A chunk that ends where a long silence begins: Whisper times its end in 20 ms steps (tiny.en:
+    26.42 s for a chunk ending at 26.416), and mapped back that end took the 10 s of silence after it."""
+    model = WhisperModel("tiny.en", cpu_threads=2)
+    longform = decode_audio(str(shared_data / "longform" / "longform.flac"))[:40 * 16000]
+    gap = lambda s: np.zeros(int(s * 16000), np.float32)  # noqa: E731
+    audio = np.concatenate([longform[:12 * 16000], gap(6), longform[12 * 16000:26700 * 16], gap(10),
+                            longform[26700 * 16:]])
+    segments = list(BatchedInferencePipeline(model).transcribe(audio)[0])  # its default call (beam 5)
+    assert len(segments) >= 2
+    for seg in segments:  # the chunks split at the 10 s silence (30 s of speech before it)
+        assert not (seg.start < 33.0 and seg.end > 42.0), (seg.start, seg.end, seg.text)
+        for t in (seg.start, seg.end):
+            assert not 12.5 < t < 17.7 and not 33.0 < t < 42.6, (seg.start, seg.end, seg.text)
+
+
 def test_batched_pipeline_clip_timestamps(model, jfk_path):
     audio = decode_audio(jfk_path)
     audio = np.concatenate([audio, audio])
