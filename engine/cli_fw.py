@@ -191,6 +191,10 @@ class FwTranscript:
         return self.account["numerics"]
 
     @property
+    def duration_s(self) -> float:
+        return self.info["duration_s"]
+
+    @property
     def language(self) -> str:
         return self.info["language"]
 

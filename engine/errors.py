@@ -76,3 +76,7 @@ class UnknownModelError(ModelError, ValueError):
 class UnknownOptionError(SpecWhisperError, TypeError):
     """A keyword no call of that name takes: a TypeError too, as Python raises for one (and
     faster-whisper's callers expect), with the names there are."""
+
+    @classmethod
+    def naming(cls, unknown: list[str], call: str, hint: str) -> UnknownOptionError:
+        return cls(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}", where=call, hint=hint)

@@ -139,6 +139,5 @@ def checked_options(call: str, not_here: tuple[str, ...] = (), **options) -> Tra
     unknown = sorted(set(options) - known)
     if unknown:
         listed = known - {"progress", "numerics_from_auto", *not_here}
-        raise UnknownOptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}", where=call,
-                                 hint=f"options are: {', '.join(sorted(listed))}")
+        raise UnknownOptionError.naming(unknown, call, hint=f"options are: {', '.join(sorted(listed))}")
     return TranscribeOptions(**options)

@@ -373,7 +373,7 @@ class WhisperEngine:
         if run.language is None:
             self._detect_language(run, waveform, mel, n_content)
         if run.timestamps:
-            if opts.batch_size > 1 and opts.clip_timestamps in ("0", "", (), (0.0,)):  # taken without a word
+            if opts.batch_size > 1 and opts.clip_timestamps in ((), (0.0,)):  # no clips; it was taken without a word
                 warn_caller(f"batch_size={opts.batch_size} has no effect with timestamps: a timestamped window starts "
                             "where the one before ended, so windows decode one at a time (timestamps='off' decodes "
                             "30 s windows together; BatchedInferencePipeline or --batch-size also cut at the VAD's "

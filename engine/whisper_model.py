@@ -29,7 +29,7 @@ import numpy as np
 
 from .audio import SAMPLE_RATE, load_audio
 from .decoding_options import check_chunk_length
-from .errors import OptionError, SpecWhisperError, UnknownOptionError
+from .errors import OptionError, SpecWhisperError, UnknownOptionError, warn_caller
 from .fallback import LADDER
 from .language_detection import feature_windows, vote_language
 from .model_store import HUB_SIZES, REGISTRY, resolve_model
@@ -153,19 +153,18 @@ def _engine_keywords(options: dict, download_root: str | None) -> dict:
     import inspect
 
     if download_root is not None:
-        warnings.warn(f"download_root={download_root!r} is not used: specwhisper keeps models in its store "
-                      "(specwhisper models path NAME; set SPECWHISPER_CACHE to move it)", stacklevel=3)
+        warn_caller(f"download_root={download_root!r} is not used: specwhisper keeps models in its store "
+                    "(specwhisper models path NAME; set SPECWHISPER_CACHE to move it)")
     unused = [k for k in options if k in CT2_LOAD_KEYWORDS]
     if unused:
-        warnings.warn(f"{', '.join(unused)}: CTranslate2 load options specwhisper does not pass on (the CPU engine "
-                      "loads its model itself); ignored", stacklevel=3)
+        warn_caller(f"{', '.join(unused)}: CTranslate2 load options specwhisper does not pass on (the CPU engine "
+                    "loads its model itself); ignored")
     known = [p for p in inspect.signature(WhisperEngine.__init__).parameters if p not in ("self", "model", "device",
                                                                                           "compute_type", "threads")]
     unknown = [k for k in options if k not in known and k not in CT2_LOAD_KEYWORDS]
     if unknown:
-        raise UnknownOptionError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}",
-                                 where="WhisperModel", hint=f"faster-whisper's keywords, or the engine's: "
-                                                            f"{', '.join(known)}")
+        raise UnknownOptionError.naming(unknown, "WhisperModel",
+                                        hint=f"faster-whisper's keywords, or the engine's: {', '.join(known)}")
     return {k: v for k, v in options.items() if k not in CT2_LOAD_KEYWORDS}
 
 

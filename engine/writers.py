@@ -28,6 +28,9 @@ class Transcript(Protocol):
     @property
     def segments(self) -> list[Segment]: ...
 
+    @property
+    def duration_s(self) -> float: ...
+
     def to_dict(self) -> dict: ...
 
 
@@ -63,7 +66,7 @@ def render(result: Transcript, fmt: str, extra: dict | None = None, cues: CueOpt
             data.update(extra)
         return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
     timed = list(iter_cues(result.segments, cues or CueOptions()))
-    duration = result.to_dict().get("duration_s")
+    duration = getattr(result, "duration_s", None)
     if duration is not None:  # Whisper may time a last segment past the audio: a cue ends with its media
         timed = [(min(a, duration), min(b, duration), text) for a, b, text in timed]
     if fmt == "srt":

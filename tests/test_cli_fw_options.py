@@ -213,9 +213,10 @@ def test_cues_end_with_the_audio():
     class Transcript:
         text = "a b"
         segments = [Segment(0.0, 40.0, " a", [], None), Segment(40.0, 48.42, " b", [], None)]
+        duration_s = 47.0
 
         def to_dict(self) -> dict:
-            return {"text": self.text, "duration_s": 47.0}
+            return {"text": self.text, "duration_s": self.duration_s}
 
     srt = render(Transcript(), "srt")
     assert "00:00:40,000 --> 00:00:47,000\nb" in srt and "48,420" not in srt
