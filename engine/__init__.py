@@ -7,7 +7,21 @@
 
 __version__ = "0.1.0"
 
-from .errors import SpecWhisperError  # noqa: E402
+# Every error a caller can cause is a SpecWhisperError; catch a kind by its class (an OptionError
+# and an UnknownModelError are ValueErrors, an UnknownOptionError a TypeError, as Python's own are).
+from .errors import (  # noqa: E402
+    AudioError,
+    ModelError,
+    NetworkError,
+    OptionError,
+    OutputError,
+    SpecWhisperError,
+    TokenMapError,
+    UnknownModelError,
+    UnknownOptionError,
+)
+from .listen import CommandListener, CommandResult  # noqa: E402
+from .live import LiveEvent, LiveStream  # noqa: E402
 from .results import Result  # noqa: E402
 from .transcribe_options import TranscribeOptions  # noqa: E402
 from .transcriber import WhisperEngine  # noqa: E402
@@ -20,5 +34,8 @@ from .whisper_model import (  # noqa: E402  (faster-whisper's API, see whisper_m
     format_timestamp,
 )
 
-__all__ = ["BatchedInferencePipeline", "Result", "SpecWhisperError", "TranscribeOptions", "WhisperEngine",
-           "WhisperModel", "__version__", "available_models", "decode_audio", "download_model", "format_timestamp"]
+__all__ = ["AudioError", "BatchedInferencePipeline", "CommandListener", "CommandResult", "LiveEvent", "LiveStream",
+           "ModelError", "NetworkError", "OptionError", "OutputError", "Result", "SpecWhisperError",
+           "TokenMapError", "TranscribeOptions", "UnknownModelError", "UnknownOptionError", "WhisperEngine",
+           "WhisperModel", "__version__", "available_models", "decode_audio", "download_model",
+           "format_timestamp"]

@@ -18,7 +18,7 @@ more loops and no net speedup.
 
 from __future__ import annotations
 
-from .errors import SpecWhisperError, option_where
+from .errors import OptionError, option_where
 from .features import N_FRAMES
 
 SHORT_SIZES = (600, 1000, 1500, 2000)  # mel frames (6, 10, 15, 20 s)
@@ -34,14 +34,14 @@ def parse_audio_ctx(value: str | int | None) -> str | int:
     try:
         frames = int(value)
     except (TypeError, ValueError):
-        raise SpecWhisperError(f"invalid audio context {value!r}", where=option_where("audio_ctx"),
-                               hint=f"use full, auto or one of {', '.join(map(str, SHORT_SIZES))}") from None
+        raise OptionError(f"invalid audio context {value!r}", where=option_where("audio_ctx"),
+                          hint=f"use full, auto or one of {', '.join(map(str, SHORT_SIZES))}") from None
     if frames == N_FRAMES:
         return "full"
     if frames not in SHORT_SIZES:
-        raise SpecWhisperError(f"audio context {frames} frames is not a supported size", where=option_where("audio_ctx"),
-                               hint=f"use one of {', '.join(map(str, SHORT_SIZES))} (mel frames, 100 per second) "
-                                    "or full / auto")
+        raise OptionError(f"audio context {frames} frames is not a supported size", where=option_where("audio_ctx"),
+                          hint=f"use one of {', '.join(map(str, SHORT_SIZES))} (mel frames, 100 per second) "
+                               "or full / auto")
     return frames
 
 

@@ -130,7 +130,7 @@ class LoadedModel:
         ``encoder``: ``auto`` (the faster of CTranslate2's and the ONNX Runtime graph, measured once;
         see ``encoders``), ``ct2`` or ``onnx``."""
         if batch_decoder not in BATCH_DECODERS:
-            raise ModelError(f"unknown batch decoder {batch_decoder!r}", where=option_where("batch_decoder"),
+            raise OptionError(f"unknown batch decoder {batch_decoder!r}", where=option_where("batch_decoder"),
                              hint=f"use one of {', '.join(BATCH_DECODERS)}")
         self.batch_decoder_choice = batch_decoder
         self._invariant = None
@@ -200,8 +200,8 @@ class LoadedModel:
         1-thread instance when this call loaded it to measure and chose it, so it is not loaded twice."""
         if requested is not None:
             if requested < 1:
-                raise ModelError(f"decoder threads must be >= 1, got {requested}", where=option_where("decoder_threads"),
-                                 hint="use a positive number, or leave it out to let the engine measure")
+                raise OptionError(f"decoder threads must be >= 1, got {requested}", where=option_where("decoder_threads"),
+                              hint="use a positive number, or leave it out to let the engine measure")
             return requested, None
         if self.device != "cpu" or self.threads <= 1:
             return self.threads, None

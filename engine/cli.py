@@ -22,6 +22,7 @@ from .errors import SpecWhisperError
 from .fallback import LADDER
 from .features import N_FRAMES
 from .file_transcriber import check_decoding_options, check_learn_save, open_transcriber
+from .sigterm import Terminated, on_sigterm_unwind
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("default")
     warnings.formatwarning = lambda msg, *a, **k: f"warning: {msg}\n"
     notes = _say_notes_on_a_terminal()
-    previous = _on_sigterm_unwind()
+    previous = on_sigterm_unwind()
     try:
         return _dispatch(args)
     except SpecWhisperError as exc:
@@ -207,25 +208,6 @@ def _say_notes_on_a_terminal():
         log.propagate = propagate
 
     return restore
-
-
-class Terminated(BaseException):
-    """SIGTERM, raised where the main thread is, so that it unwinds as an interrupt does."""
-
-
-def _on_sigterm_unwind():
-    """Make SIGTERM unwind the main thread (the default ends the process on the spot, leaving a
-    temporary output file behind); returns the handler it replaced, None where it cannot (not the
-    main thread)."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def unwind(signum, frame):
-        raise Terminated()
-
-    return signal.signal(signal.SIGTERM, unwind)
 
 
 def _dispatch(args) -> int:
@@ -362,7 +344,10 @@ def _models(args) -> int:
             print(f"{entry['name']:<8} {state:<10} {entry['description']}  [{entry['path']}]")
         return 0
     if args.models_command == "pull":
-        cached = model_store.is_pulled(args.name) if args.name in model_store.REGISTRY else False
+        if args.name not in model_store.REGISTRY:  # faster-whisper's other sizes and repo ids: from the hub
+            print(f"{args.name}: at {model_store.resolve_model(args.name)}")
+            return 0
+        cached = model_store.is_pulled(args.name)
         if cached:
             try:
                 model_store.verify(args.name)

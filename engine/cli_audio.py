@@ -1,10 +1,13 @@
 """Audio sources of the live commands (``specwhisper stream``, ``specwhisper listen``).
 
 ``SOURCE`` is a file (played as fast as the listener takes it, or at real time with
-``realtime``), ``-`` for 16 kHz mono 16-bit little-endian PCM on stdin
-(``ffmpeg -i x -f s16le -ac 1 -ar 16000 -``), or ``mic`` for the microphone through the optional
-``sounddevice`` package (``pip install 'specwhisper[mic]'``). Every source hands out chunks of
-``CHUNK_S`` seconds, as a microphone callback would.
+``realtime``), ``-`` for stdin, or ``mic`` for the microphone through the optional
+``sounddevice`` package (``pip install 'specwhisper[mic]'``). Stdin is a WAV stream (any rate and
+channel count, 16/24/32-bit or float PCM, its length unknown: ``arecord -f S16_LE -r 16000``,
+``ffmpeg -i x -f wav -``), mixed down and resampled to 16 kHz mono, or else raw 16 kHz mono 16-bit
+little-endian PCM (``ffmpeg -i x -f s16le -ac 1 -ar 16000 -``); other containers are refused
+(``pipe_audio``). Every source hands out chunks of ``CHUNK_S`` seconds, as a microphone callback
+would.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 
 from .audio import SAMPLE_RATE, load_audio
 from .errors import SpecWhisperError
+from .pipe_audio import pipe_chunks
 
 CHUNK_S = 0.1  # what a source hands the stream or listener at a time
 
@@ -34,13 +38,10 @@ def audio_source(source: str, realtime: bool, command: str) -> Iterator:
     return _paced((audio[i:i + step] for i in range(0, audio.size, step)), realtime)
 
 
-def _stdin_chunks() -> Iterator[bytes]:
-    size = round(CHUNK_S * SAMPLE_RATE) * 2
-    while True:
-        data = sys.stdin.buffer.read(size)
-        if not data:
-            return
-        yield data
+def _stdin_chunks() -> Iterator[bytes | np.ndarray]:
+    """Stdin's audio: raw PCM bytes, or float32 16 kHz mono samples of a WAV stream. Its first
+    bytes (and a WAV header) are read now, so a wrong format fails before the model loads."""
+    return pipe_chunks(sys.stdin.buffer, CHUNK_S)
 
 
 def _paced(chunks, realtime: bool) -> Iterator:

@@ -215,10 +215,8 @@ class FwTranscript:
         return self.account["timings"]
 
     def to_dict(self) -> dict:
-        from .writers import segment_dict
-
         return {"text": self.text, "tokens": self.tokens, **self.account, **self.info,
-                "segments": [segment_dict(s) for s in self.segments]}
+                "segments": [s.to_dict() for s in self.segments]}
 
 
 def _account(account: dict) -> dict:

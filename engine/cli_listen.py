@@ -15,6 +15,7 @@ import sys
 from .cli_audio import audio_source
 from .errors import OptionError
 from .file_transcriber import check_learn_save
+from .sigterm import Terminated
 
 
 def add_listen_parser(sub, add_model_args) -> None:
@@ -23,7 +24,7 @@ def add_listen_parser(sub, add_model_args) -> None:
                                    "installed, else energy) and each utterance is decoded once when the speaker "
                                    "stops, drafted by the domain token map (lossless).")
     p.add_argument("source", nargs="?", default="mic",
-                   help="'mic' (default), an audio file, or '-' for 16 kHz mono s16le PCM on stdin")
+                   help="'mic' (default), an audio file, or '-' for stdin (a WAV stream, or raw 16 kHz mono s16le PCM)")
     add_model_args(p)
     p.add_argument("--tokenmap", default=None, help="the domain's token map (specwhisper tokenmap build); it also "
                                                     "sets the language unless --language is given")
@@ -92,7 +93,7 @@ def run_listen(args) -> int:
     try:
         for result in listener.events(chunks):
             _show(result, args.output_format, args.stats)
-    except KeyboardInterrupt:  # how a microphone session ends: the command under way is still decoded
+    except (KeyboardInterrupt, Terminated):  # how a session ends (Ctrl-C, a service's stop): the command under way is still decoded
         if listener.finished:  # interrupted in that last decoding itself: stop ("interrupted", 130)
             raise
         for result in listener.finish():

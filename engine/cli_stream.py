@@ -17,6 +17,7 @@ import time
 
 from .cli_audio import audio_source
 from .live import MAX_STEP_S, MIN_STEP_S
+from .sigterm import Terminated
 
 
 def add_stream_parser(sub, add_model_args) -> None:
@@ -24,7 +25,7 @@ def add_stream_parser(sub, add_model_args) -> None:
                        description="Live transcription: every --step seconds of new audio the uncommitted buffer is "
                                    "decoded again, text two passes agree on is committed (LocalAgreement-2), and "
                                    "each pass is drafted by the pass before (lossless).")
-    s.add_argument("source", help="audio file, '-' for 16 kHz mono s16le PCM on stdin, or 'mic'")
+    s.add_argument("source", help="audio file, '-' for stdin (a WAV stream, or raw 16 kHz mono s16le PCM), or 'mic'")
     add_model_args(s)
     s.add_argument("--language", default=None, help="language code (default: detect on the first words)")
     s.add_argument("--task", default="transcribe", choices=["transcribe", "translate"])
@@ -69,7 +70,7 @@ def run_stream(args) -> int:
         try:
             for event in stream.events(chunks):
                 show(event)
-        except KeyboardInterrupt:  # how a microphone session ends: what was heard is still decoded and committed
+        except (KeyboardInterrupt, Terminated):  # how a session ends (Ctrl-C, a service's stop): what was heard is still decoded
             if stream.finished:  # interrupted in the last pass itself: stop ("interrupted", 130)
                 raise
             for event in stream.finish():

@@ -35,12 +35,12 @@ def check_decoding_options(opts) -> None:
             _number(opts, name)
     if opts.patience <= 0 or opts.max_initial_timestamp < 0:
         raise OptionError("patience must be > 0 and max_initial_timestamp >= 0",
-                               where="patience/max_initial_timestamp", hint="use e.g. 1 and 1.0 (the defaults)")
+                          where="patience/max_initial_timestamp", hint="use e.g. 1 and 1.0 (the defaults)")
     if opts.suppress_tokens is not None:
         tokens = list(opts.suppress_tokens)
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
             raise OptionError(f"suppress_tokens must be a list of token ids, got {opts.suppress_tokens!r}",
-                                   where="suppress_tokens", hint="use e.g. [-1] (the model's non-speech symbols)")
+                              where="suppress_tokens", hint="use e.g. [-1] (the model's non-speech symbols)")
         object.__setattr__(opts, "suppress_tokens", tuple(tokens))
     object.__setattr__(opts, "chunk_length", check_chunk_length(opts.chunk_length))
     object.__setattr__(opts, "clip_timestamps", parse_clips(opts.clip_timestamps))
@@ -50,13 +50,28 @@ def check_decoding_options(opts) -> None:
             ids = tuple(int(t) for t in prompt)
         except (TypeError, ValueError):
             raise OptionError(f"initial_prompt must be text or token ids, got {type(prompt).__name__}",
-                                   where="initial_prompt", hint="pass a string or a list of ints") from None
+                              where="initial_prompt", hint="pass a string or a list of ints") from None
         object.__setattr__(opts, "initial_prompt", ids)
     object.__setattr__(opts, "prefix", _text_or_ids(opts.prefix, "prefix"))
     object.__setattr__(opts, "draft_hint", _text_or_ids(opts.draft_hint, "draft_hint", text=False) or ())
     if opts.hotwords is not None and not isinstance(opts.hotwords, str):
         raise OptionError(f"hotwords must be text, got {type(opts.hotwords).__name__}", where="hotwords",
                           hint="pass a string")
+
+
+def check_token_ids(opts, vocab_size: int) -> None:
+    """Token ids a caller gave (``initial_prompt``, ``prefix``, ``suppress_tokens``; -1 stands for
+    the model's list there) within the model's vocabulary: an id past it failed deep in a decoder
+    call (an ONNX Runtime Gather error), checked here before any audio is read."""
+    for name in ("initial_prompt", "prefix", "suppress_tokens"):
+        ids = getattr(opts, name)
+        if ids is None or isinstance(ids, str):
+            continue
+        bad = [t for t in ids if not (0 <= t < vocab_size or (name == "suppress_tokens" and t == -1))]
+        if bad:
+            raise OptionError(f"{name} holds token ids outside this model's vocabulary: {bad[:5]}", where=name,
+                              hint=f"use ids from 0 to {vocab_size - 1} (the tokenizer's encode gives them)"
+                              + (", or -1 for the model's non-speech symbols" if name == "suppress_tokens" else ""))
 
 
 def check_chunk_length(value) -> int | None:
@@ -74,7 +89,7 @@ def check_chunk_length(value) -> int | None:
         raise OptionError(f"chunk_length must be whole seconds from 1 to {MAX_CHUNK_LENGTH}, got {value!r}",
                           where="chunk_length",
                           hint=f"use e.g. 10, or leave it unset for {MAX_CHUNK_LENGTH} s windows (the encoder's input "
-                               f"is {MAX_CHUNK_LENGTH} s: a longer window would skip audio)")
+                          f"is {MAX_CHUNK_LENGTH} s: a longer window would skip audio)")
     return int(value)
 
 
@@ -96,7 +111,7 @@ def _integer(opts, name: str, minimum: int) -> None:
     value = getattr(opts, name)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise OptionError(f"{name} must be an integer >= {minimum}, got {value!r}", where=name,
-                               hint=f"use a whole number of at least {minimum}")
+                          hint=f"use a whole number of at least {minimum}")
 
 
 def _number(opts, name: str) -> None:
@@ -115,10 +130,10 @@ def parse_clips(value) -> tuple[float, ...]:
             times = tuple(float(t) for t in value)
     except (TypeError, ValueError):
         raise OptionError(f"clip_timestamps {value!r} is not a list of seconds", where="clip_timestamps",
-                               hint='use e.g. "0" (everything) or "10,20,40,50"') from None
+                          hint='use e.g. "0" (everything) or "10,20,40,50"') from None
     if any(t < 0 or t != t for t in times) or any(b < a for a, b in zip(times[::2], times[1::2])):
         raise OptionError(f"clip_timestamps {value!r} must be non-negative start,end pairs with end >= start",
-                               where="clip_timestamps", hint='use e.g. "10,20,40,50"')
+                          where="clip_timestamps", hint='use e.g. "10,20,40,50"')
     return times
 
 

@@ -24,7 +24,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .errors import ModelError, option_where
+from .errors import ModelError, OptionError, option_where
 from .ort_session import cpu_session_options
 
 ENCODERS = ("auto", "ct2", "onnx", "openvino")
@@ -200,7 +200,7 @@ def choose_encoder(choice: str, *, model, model_dir: Path, device: str, compute_
     from .measure_cache import cache_get, cache_put, measuring
 
     if choice not in ENCODERS:
-        raise ModelError(f"unknown encoder {choice!r}", where=option_where("encoder"), hint=f"use one of {', '.join(ENCODERS)}")
+        raise OptionError(f"unknown encoder {choice!r}", where=option_where("encoder"), hint=f"use one of {', '.join(ENCODERS)}")
     ct2 = CT2Encoder(model)
     if choice == "ct2":
         return ct2, EncoderChoice("ct2", "asked for")

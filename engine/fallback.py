@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import SpecWhisperError, option_where
+from .errors import OptionError, option_where
 from .sampling import MAX_TEMPERATURE
 
 COMPRESSION_RATIO_THRESHOLD = 2.4  # Whisper's and faster-whisper's default
@@ -34,12 +34,12 @@ def parse_temperatures(value) -> float | tuple[float, ...]:
         value = value.tolist()
     if isinstance(value, str) and "," in value:
         if any(not v.strip() for v in value.split(",")):
-            raise SpecWhisperError(f"temperature list {value!r} has an empty entry", where=option_where("temperature"),
-                                   hint="separate the temperatures by single commas, e.g. 0,0.2,0.4")
+            raise OptionError(f"temperature list {value!r} has an empty entry", where=option_where("temperature"),
+                              hint="separate the temperatures by single commas, e.g. 0,0.2,0.4")
         value = value.split(",")
     if isinstance(value, (list, tuple)):
         if not value:
-            raise SpecWhisperError("empty temperature list", where=option_where("temperature"), hint="use e.g. 0 or 0,0.2,0.4")
+            raise OptionError("empty temperature list", where=option_where("temperature"), hint="use e.g. 0 or 0,0.2,0.4")
         return tuple(_one(v) for v in value)
     return _one(value)
 
@@ -56,10 +56,10 @@ def _one(value) -> float:
     except (TypeError, ValueError):
         t = float("nan")
     if not (0.0 <= t <= MAX_TEMPERATURE):  # NaN fails too
-        raise SpecWhisperError(f"temperature {value!r} is not a number from 0 to {MAX_TEMPERATURE:g}",
-                               where=option_where("temperature"),
-                               hint=f"use 0 (greedy) up to {MAX_TEMPERATURE:g}, or a fallback list such as "
-                                    f"{','.join(f'{x:g}' for x in LADDER)}")
+        raise OptionError(f"temperature {value!r} is not a number from 0 to {MAX_TEMPERATURE:g}",
+                          where=option_where("temperature"),
+                          hint=f"use 0 (greedy) up to {MAX_TEMPERATURE:g}, or a fallback list such as "
+                               f"{','.join(f'{x:g}' for x in LADDER)}")
     return t
 
 

@@ -21,9 +21,11 @@ FileTranscriber = Callable[[str, Progress], "Result | FwTranscript"]
 def check_decoding_options(args) -> CueOptions:
     """The per-call options, checked before the model loads (a typo costs no load time; an empty
     ``--initial-prompt`` becomes none); returns how srt/vtt cues are cut."""
+    from .tokenizer import language_code
     from .transcribe_options import TranscribeOptions
 
     cues = check_fw_options(args)
+    args.language = language_code(args.language)  # once, not as each file's failure ("FR" as "fr")
     if args.initial_prompt is not None and not args.initial_prompt.strip():
         args.initial_prompt = None  # an empty --initial-prompt is none (encoded, it would be a space token)
     TranscribeOptions(task=args.task, numerics=args.numerics, draft_len=args.draft_len, audio_ctx=args.audio_ctx,

@@ -22,6 +22,15 @@ class Segment:
     tokens: list[int] = field(default_factory=list)
     words: list | None = None
 
+    def to_dict(self) -> dict:
+        """The segment in JSON; ``words`` (faster-whisper's fields) only where word timings were
+        asked for, so output without them stays as it was."""
+        data = {"start_s": round(self.start_s, 3), "end_s": round(self.end_s, 3), "text": self.text}
+        if self.words is not None:
+            data["words"] = [{"start": round(w.start, 3), "end": round(w.end, 3), "word": w.word,
+                              "probability": round(w.probability, 4)} for w in self.words]
+        return data
+
 
 @dataclass
 class WindowResult:
@@ -91,8 +100,7 @@ class Result:
             "duration_s": round(self.duration_s, 3),
             "timings": {k: round(v, 4) for k, v in self.timings.items()},
             "stats": self.stats,
-            "segments": [{"start_s": round(s.start_s, 3), "end_s": round(s.end_s, 3), "text": s.text}
-                         for s in self.segments],
+            "segments": [s.to_dict() for s in self.segments],
             "windows": [
                 {"start_s": w.start_s, "end_s": w.end_s, "text": w.text, "tokens": w.tokens, "numerics": w.numerics,
                  "numerics_reason": w.numerics_reason, "stats": w.stats, "temperature": w.temperature}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from .errors import ModelError, option_where, warn_caller
+from .errors import ModelError, OptionError, option_where, warn_caller
 from .model_check import check_config_ids
 
 LANGUAGE_CODES = (
@@ -23,6 +23,20 @@ LANGUAGE_CODES = (
     "la mi ml cy sk te fa lv bn sr az sl kn et mk br eu is hy ne mn bs kk sq sw gl mr pa si km sn yo so af "
     "oc ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl mg as tt haw ln ha ba jw su yue"
 ).split()
+
+
+def language_code(language) -> str | None:
+    """``language`` as Whisper writes it (``"EN"`` and ``" en"`` as ``"en"``), or None for none; a
+    code Whisper does not know is an ``OptionError`` (a ValueError) on any model, checked before a
+    model loads (the command line checks it once, not once per file)."""
+    if language is None:
+        return None
+    code = language.strip().lower() if isinstance(language, str) else None
+    if code not in LANGUAGE_CODES:
+        raise OptionError(f"unknown language {language!r}", where=option_where("language"),
+                          hint="use a language code such as 'en', 'de' or 'fr' (Whisper's codes: "
+                               f"{', '.join(LANGUAGE_CODES[:12])}, ...)")
+    return code
 
 
 @dataclass(frozen=True)
@@ -113,7 +127,7 @@ class WhisperTokenizer:
     def language_token(self, language: str) -> int:
         tid = self._tok.token_to_id(f"<|{language}|>")
         if tid is None or not self.multilingual:
-            raise ModelError(
+            raise OptionError(
                 f"unknown or unsupported language {language!r} for this model ({self.source})",
                 where=option_where("language"),
                 hint="use a language code this model knows, such as 'en', 'de' or 'fr'",
@@ -124,12 +138,10 @@ class WhisperTokenizer:
         """``language`` as this model decodes it: a code Whisper does not know is an error on any
         model; an English-only model decodes any other code as English, with a warning (as
         faster-whisper does), where it used to take it without a word."""
+        language = language_code(language)
         if language is None:
             return None
         if not self.multilingual:
-            if language not in LANGUAGE_CODES:
-                raise ModelError(f"unknown language {language!r}", where=option_where("language"),
-                                 hint="use a language code such as 'en' (this model is English-only)")
             if language != "en":
                 warn_caller(f"the model is English-only: language {language!r} is decoded as English")
             return "en"

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from numbers import Real
+from numbers import Integral, Real
 
 from .audio_ctx import parse_audio_ctx
 from .decoding_options import check_decoding_options
-from .errors import OptionError, SpecWhisperError, UnknownOptionError, option_where
+from .errors import OptionError, UnknownOptionError, option_where
 from .fallback import COMPRESSION_RATIO_THRESHOLD, LADDER, Thresholds, parse_temperatures
 from .features import FRAMES_PER_SECOND, N_FRAMES
 
@@ -81,28 +81,31 @@ class TranscribeOptions:
 
     def __post_init__(self) -> None:
         if self.task not in ("transcribe", "translate"):
-            raise SpecWhisperError(f"unknown task {self.task!r}", where=option_where("task"), hint="use transcribe or translate")
+            raise OptionError(f"unknown task {self.task!r}", where=option_where("task"), hint="use transcribe or translate")
         if self.numerics not in NUMERICS_CHOICES:
-            raise SpecWhisperError(f"unknown numerics {self.numerics!r}", where=option_where("numerics"),
-                                   hint=f"use one of {', '.join(NUMERICS_CHOICES)}")
+            raise OptionError(f"unknown numerics {self.numerics!r}", where=option_where("numerics"),
+                              hint=f"use one of {', '.join(NUMERICS_CHOICES)}")
         object.__setattr__(self, "audio_ctx", parse_audio_ctx(self.audio_ctx))
         if isinstance(self.timestamps, bool):
             object.__setattr__(self, "timestamps", "on" if self.timestamps else "off")
         if self.timestamps not in TIMESTAMPS_CHOICES:
-            raise SpecWhisperError(f"unknown timestamps setting {self.timestamps!r}", where=option_where("timestamps"),
-                                   hint="use auto (on for audio longer than 30 s), on or off")
+            raise OptionError(f"unknown timestamps setting {self.timestamps!r}", where=option_where("timestamps"),
+                              hint="use auto (on for audio longer than 30 s), on or off")
         object.__setattr__(self, "temperature", parse_temperatures(self.temperature))
         ratio = self.compression_ratio_threshold
         if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, Real) or not ratio > 0):
-            raise SpecWhisperError(f"compression ratio threshold {ratio!r} must be a positive number (or None: "
-                                   "no such test)", where="compression_ratio_threshold",
-                                   hint="use e.g. 2.4 (the default)")
+            raise OptionError(f"compression ratio threshold {ratio!r} must be a positive number (or None: "
+                              "no such test)", where="compression_ratio_threshold",
+                              hint="use e.g. 2.4 (the default)")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise SpecWhisperError(f"seed {self.seed!r} is not a non-negative integer", where=option_where("seed"),
-                                   hint="use a whole number such as 0")
-        if self.draft_len is not None and not (0 <= self.draft_len <= 16):
-            raise SpecWhisperError(f"draft length {self.draft_len} out of range", where=option_where("draft_len"),
-                                   hint="use 0..16 (0 disables drafting)")
+            raise OptionError(f"seed {self.seed!r} is not a non-negative integer", where=option_where("seed"),
+                              hint="use a whole number such as 0")
+        if self.draft_len is not None and (isinstance(self.draft_len, bool) or not isinstance(self.draft_len, int)
+                                           or not 0 <= self.draft_len <= 16):
+            raise OptionError(f"draft length {self.draft_len!r} is not a whole number from 0 to 16",
+                              where=option_where("draft_len"), hint="use 0..16 (0 disables drafting)")
+        for name in SWITCHES:
+            object.__setattr__(self, name, switch(getattr(self, name), name))
         check_decoding_options(self)
         if self.window_frames < N_FRAMES and self.audio_ctx != "full":
             raise OptionError(f"chunk_length={self.chunk_length} and audio_ctx={self.audio_ctx!r} both set the "
@@ -131,6 +134,20 @@ class TranscribeOptions:
         return None
 
 
+# The on/off options: a string such as "false" (from a config file) would read as on.
+SWITCHES = ("speculation", "condition_on_previous_text", "scores", "suppress_blank", "multilingual",
+            "word_timestamps", "numerics_from_auto")
+
+
+def switch(value, name: str) -> bool:
+    """An on/off option as a bool: True, False, or 1 / 0 (numpy's too); anything else, a string
+    above all ("false" is truthy), is an ``OptionError`` naming the option."""
+    if (isinstance(value, Integral) and value in (0, 1)) or getattr(getattr(value, "dtype", None), "kind", "") == "b":
+        return bool(value)
+    raise OptionError(f"{name} must be True or False, got {value!r}", where=option_where(name),
+                      hint="pass a bool (a string such as 'false' would read as on)")
+
+
 def checked_options(call: str, not_here: tuple[str, ...] = (), **options) -> TranscribeOptions:
     """``TranscribeOptions`` from the keyword arguments of ``call`` (e.g. ``WhisperEngine.transcribe``),
     an unknown name refused with the names there are (not Python's error about a dataclass);
@@ -141,3 +158,34 @@ def checked_options(call: str, not_here: tuple[str, ...] = (), **options) -> Tra
         listed = known - {"progress", "numerics_from_auto", *not_here}
         raise UnknownOptionError.naming(unknown, call, hint=f"options are: {', '.join(sorted(listed))}")
     return TranscribeOptions(**options)
+
+
+# CTranslate2's compute types (what a machine supports among them is checked as the model loads)
+COMPUTE_TYPES = ("default", "auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
+                 "bfloat16", "float32")
+
+
+def check_engine_options(*, device, compute_type, threads, decoder_threads, encoder, batch_decoder,
+                         switches: dict) -> None:
+    """``WhisperEngine``'s own options, checked before anything loads (a typo costs no load time,
+    and a wrong type is an ``OptionError`` naming the option, not a failure deep in a load)."""
+    from .backend import BATCH_DECODERS
+    from .encoders import ENCODERS
+
+    if device not in ("cpu", "cuda"):
+        raise OptionError(f"unknown device {device!r}", where=option_where("device"), hint="use cpu or cuda")
+    if compute_type not in COMPUTE_TYPES:
+        raise OptionError(f"unknown compute type {compute_type!r}", where=option_where("compute_type"),
+                          hint=f"use one of {', '.join(COMPUTE_TYPES)} (int8 is the default on CPU)")
+    for name, value, hint in (("threads", threads, "use e.g. 2 (the cores to use)"),
+                              ("decoder_threads", decoder_threads,
+                               "use a positive number, or leave it out to let the engine measure")):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, Integral) or value < 1):
+            raise OptionError(f"{name} must be a whole number >= 1, got {value!r}", where=option_where(name), hint=hint)
+    for name, value, choices in (("encoder", encoder, ENCODERS), ("batch_decoder", batch_decoder, BATCH_DECODERS)):
+        if value not in choices:
+            raise OptionError(f"unknown {name.replace('_', ' ')} {value!r}", where=option_where(name),
+                              hint=f"use one of {', '.join(choices)}")
+    for name, value in switches.items():
+        if value is not None:
+            switch(value, name)

@@ -19,11 +19,11 @@ import numpy as np
 from .audio import SAMPLE_RATE, AudioInput, load_audio, speech_seconds
 from .audio_ctx import choose_frames
 from .backend import MAX_POSITIONS, LoadedModel, SelfTestResult
-from .decoding_options import seek_clips, window_prompt
+from .decoding_options import check_token_ids, seek_clips, window_prompt
 from .drafters.base import Drafter, WindowContext
 from .drafters.bigram import BigramGuesser
 from .drafters.chain import DrafterChain
-from .errors import OptionError, SpecWhisperError, option_where, warn_caller
+from .errors import OptionError, SpecWhisperError, warn_caller
 from .fallback import (
     Attempt,
     ladder,
@@ -51,7 +51,7 @@ from .policy import (
 from .results import Result, Segment, WindowResult
 from .stats import DecodeStats
 from .timestamps import split_window
-from .transcribe_options import TranscribeOptions, checked_options
+from .transcribe_options import TranscribeOptions, check_engine_options, checked_options
 from .window_decode import WindowDecoder, WindowJob
 from .window_numerics import WindowNumerics
 
@@ -214,11 +214,11 @@ class WhisperEngine:
         device, threads, compute type, encoder and batch decoder hold (``device``, ``threads`` and
         ``compute_type`` are not read); an explicit ``encoder`` (other than the one it runs),
         ``batch_decoder`` (other than the one it was loaded with) or ``decoder_threads`` is an error."""
-        if device not in ("cpu", "cuda"):
-            raise SpecWhisperError(f"unknown device {device!r}", where=option_where("device"), hint="use cpu or cuda")
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise SpecWhisperError(f"threads must be a whole number >= 1, got {threads!r}", where=option_where("threads"),
-                                   hint="use e.g. 2 (the cores to use)")
+        check_engine_options(device=device, compute_type=compute_type, threads=threads, decoder_threads=decoder_threads,
+                             encoder=encoder, batch_decoder=batch_decoder,
+                             switches=dict(learn=learn, prompt_lookup=prompt_lookup, selftest=selftest,
+                                           pipeline=pipeline, draft_ahead=draft_ahead))
+        threads, decoder_threads = int(threads), None if decoder_threads is None else int(decoder_threads)
         t0 = time.perf_counter()
         if loaded is not None:  # its device and threads hold for this engine's drafters too
             _check_shared_model(loaded, encoder=encoder, batch_decoder=batch_decoder, decoder_threads=decoder_threads)
@@ -334,6 +334,7 @@ class WhisperEngine:
         if opts.language is not None:
             opts = replace(opts, language=self.tokenizer.checked_language(opts.language))
         opts = replace(opts, task=self.tokenizer.checked_task(opts.task))
+        check_token_ids(opts, self.tokenizer.vocab_size)
         if opts.hallucination_silence_threshold is not None and not opts.word_timestamps:
             warn_caller("hallucination_silence_threshold needs word_timestamps=True (as in faster-whisper, it has "
                         "no effect without word timings)")
@@ -738,9 +739,9 @@ class WhisperEngine:
         if opts.max_new_tokens is None:
             return limit
         if len(prompt) + opts.max_new_tokens > MAX_POSITIONS:
-            raise SpecWhisperError(f"the prompt ({len(prompt)} tokens) plus max_new_tokens ({opts.max_new_tokens}) "
-                                   f"exceed the model's {MAX_POSITIONS} positions", where="max_new_tokens",
-                                   hint="use a shorter prompt or fewer new tokens")
+            raise OptionError(f"the prompt ({len(prompt)} tokens) plus max_new_tokens ({opts.max_new_tokens}) "
+                              f"exceed the model's {MAX_POSITIONS} positions", where="max_new_tokens",
+                              hint="use a shorter prompt or fewer new tokens")
         return min(limit, opts.max_new_tokens)
 
     def _result(self, run: _Run, waveform: np.ndarray) -> Result:

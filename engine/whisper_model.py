@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -411,18 +410,9 @@ _FW_NAMES = ("beam_size", "best_of", "patience", "length_penalty", "repetition_p
 
 
 def _checked_language(model: WhisperModel, language: str | None) -> str | None:
-    """faster-whisper's rules: an English-only model takes any language as English (with a
-    warning); a code the tokenizer does not know is a ValueError."""
-    if language is None:
-        return None
-    if not model.engine.tokenizer.multilingual:
-        if language != "en":
-            warnings.warn(f"the model is English-only but language={language!r}: using 'en'", stacklevel=3)
-        return "en"
-    if language not in LANGUAGE_CODES:
-        raise OptionError(f"{language!r} is not a valid language code", where="language",
-                          hint=f"use one of {', '.join(LANGUAGE_CODES[:8])}, ...")
-    return language
+    """faster-whisper's rules, the engine's check: an English-only model takes another language as
+    English (with a warning); a code Whisper does not know is a ValueError (``OptionError``)."""
+    return model.engine.tokenizer.checked_language(language)
 
 
 def _no_clips(clip_timestamps) -> bool:

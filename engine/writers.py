@@ -61,7 +61,6 @@ def render(result: Transcript, fmt: str, extra: dict | None = None, cues: CueOpt
         return result.text + "\n"
     if fmt == "json":
         data = result.to_dict()
-        data["segments"] = [segment_dict(s) for s in result.segments]
         if extra:
             data.update(extra)
         return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
@@ -76,16 +75,6 @@ def render(result: Transcript, fmt: str, extra: dict | None = None, cues: CueOpt
         return "WEBVTT\n\n" + "".join(f"{_timestamp(a, '.')} --> {_timestamp(b, '.')}\n{text}\n\n"
                                       for a, b, text in timed)
     raise ValueError(f"unknown format {fmt}")
-
-
-def segment_dict(segment: Segment) -> dict:
-    """A segment in JSON; ``words`` (faster-whisper's fields) only where word timings were asked for,
-    so output without them stays as it was."""
-    data = {"start_s": round(segment.start_s, 3), "end_s": round(segment.end_s, 3), "text": segment.text}
-    if segment.words is not None:
-        data["words"] = [{"start": round(w.start, 3), "end": round(w.end, 3), "word": w.word,
-                          "probability": round(w.probability, 4)} for w in segment.words]
-    return data
 
 
 def iter_cues(segments: Sequence[Segment], options: CueOptions) -> Iterator[tuple[float, float, str]]:

@@ -229,6 +229,20 @@ def test_auto_is_settled_once_for_the_job_and_every_worker_decodes_in_it(tmp_pat
         data = json.loads(path.read_text())
         decoded = other if other == "single-row" or data["row_floor"] is not None else "single-row"
         assert data["encoder"] == "ct2" and {w["numerics"] for w in data["windows"]} == {decoded}
+
+    # A resume decodes in what the folder's first run settled: with other workers or threads it
+    # settled afresh (two numerics in one folder, found by a user's helper); here auto would now say
+    # the other numerics, and the input done again must not follow it.
+    from specwhisper.batch import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "decide", lambda engine, settings: forced)
+    redo = sorted((tmp_path / "seq").glob("*.json"))[0]
+    redo.unlink()
+    resumed = transcribe_batch([str(folder)], str(tmp_path / "seq"), formats=("json",), **options)
+    assert resumed.ok and resumed.decisions == settled
+    assert sum(o.status == "done" for o in resumed.outcomes) == 1
+    data = json.loads(redo.read_text())
+    assert data["batch_decisions"] == settled.to_dict() and {w["numerics"] for w in data["windows"]} == {settled.numerics}
     monkeypatch.undo()
 
     assert main(["batch", str(folder), "--output-dir", str(tmp_path / "cli"), "--model", str(tiny_model_dir),

@@ -196,8 +196,8 @@ def test_vtt_and_json_render_words():
         text = "a b c"
         segments = [_segment(0.0, [" a", " b", " c"])]
 
-        def to_dict(self) -> dict:
-            return {"text": self.text}
+        def to_dict(self) -> dict:  # as Result's and FwTranscript's: segments as Segment.to_dict gives them
+            return {"text": self.text, "segments": [s.to_dict() for s in self.segments]}
 
     vtt = render(Transcript(), "vtt", cues=CueOptions(max_words_per_line=2))
     assert vtt == "WEBVTT\n\n00:00:00.000 --> 00:00:01.500\na b\n\n00:00:02.000 --> 00:00:02.500\nc\n\n"
@@ -216,7 +216,7 @@ def test_cues_end_with_the_audio():
         duration_s = 47.0
 
         def to_dict(self) -> dict:
-            return {"text": self.text, "duration_s": self.duration_s}
+            return {"text": self.text, "duration_s": self.duration_s, "segments": [s.to_dict() for s in self.segments]}
 
     srt = render(Transcript(), "srt")
     assert "00:00:40,000 --> 00:00:47,000\nb" in srt and "48,420" not in srt

@@ -152,14 +152,14 @@ def test_without_openvino_auto_passes_it_over_and_asking_for_it_says_how(tiny_mo
 
 
 def test_no_graph_where_none_applies(tiny_model_dir):
-    from specwhisper.errors import ModelError
+    from specwhisper.errors import ModelError, OptionError
 
     encoder, record = _choose(tiny_model_dir, "auto", compute_type="float16")
     assert encoder.name == "ct2" and "no ONNX encoder" in record.reason
     for explicit in ("onnx", "openvino"):
         with pytest.raises(ModelError, match="no ONNX encoder"):
             _choose(tiny_model_dir, explicit, compute_type="float16")
-    with pytest.raises(ModelError, match="unknown encoder"):
+    with pytest.raises(OptionError, match="unknown encoder"):
         _choose(tiny_model_dir, "fastest")
 
 

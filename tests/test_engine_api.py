@@ -155,11 +155,10 @@ def test_decoder_threads_change_speed_not_logits(base_engine, shared_data):
 
 def test_decoder_threads_pinned_uses_one_instance(base_model_dir):
     from specwhisper.backend import LoadedModel
-    from specwhisper.errors import ModelError
 
     lm = LoadedModel(base_model_dir, compute_type="int8", threads=2, decoder_threads=2)
     assert lm.decoder is lm.model and lm.decoder_threads == 2
-    with pytest.raises(ModelError, match="decoder threads"):
+    with pytest.raises(OptionError, match="decoder threads"):
         LoadedModel(base_model_dir, compute_type="int8", threads=2, decoder_threads=0)
 
 

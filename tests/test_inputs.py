@@ -13,7 +13,7 @@ import soundfile as sf
 
 from specwhisper.audio import SAMPLE_RATE, load_audio
 from specwhisper.cli import main
-from specwhisper.errors import AudioError, ModelError
+from specwhisper.errors import AudioError, ModelError, OptionError
 
 
 def _cli(args, capsys) -> tuple[int, str, str]:
@@ -136,6 +136,58 @@ def test_unknown_options_and_bad_thresholds_are_named(base_engine, shared_data):
             TranscribeOptions(compression_ratio_threshold=bad)
 
 
+def test_option_mistakes_are_value_errors_named_before_any_work(tiny_engine, tiny_model_dir):
+    """A user's helper found a string "false" read as on (word_timestamps, speculation: a config
+    file's value), wrong types failing deep in a load or a decoding with a bare TypeError, token ids
+    past the vocabulary failing in an ONNX Runtime Gather, and the same kind of mistake raising
+    three classes. Each is now an OptionError (a ValueError) naming the option, before any audio
+    is read or any model loads, and every error class is importable from ``specwhisper``."""
+    import specwhisper
+    from specwhisper import WhisperEngine
+
+    audio = np.zeros(SAMPLE_RATE, np.float32)
+    per_call = {"word_timestamps": "false", "speculation": "false", "condition_on_previous_text": "yes",
+                "draft_len": "3", "task": "summarize", "numerics": "fast", "timestamps": "yes", "seed": -1,
+                "temperature": -1, "audio_ctx": 123, "language": "xx", "initial_prompt": [10**9],
+                "prefix": [tiny_engine.tokenizer.vocab_size], "suppress_tokens": [-1, 10**6]}
+    for name, value in per_call.items():
+        with pytest.raises(OptionError) as info:
+            tiny_engine.transcribe(audio, **{name: value})
+        assert name in info.value.where and info.value.hint, name
+    with pytest.raises(OptionError, match="draft length 2.5"):
+        tiny_engine.transcribe(audio, draft_len=2.5)
+    per_engine = {"compute_type": "int4", "decoder_threads": "1", "threads": 0, "device": "gpu",
+                  "encoder": "bogus", "batch_decoder": "x", "learn": "no"}
+    for name, value in per_engine.items():
+        t0 = time.perf_counter()
+        with pytest.raises(OptionError) as info:
+            WhisperEngine(tiny_model_dir, **{name: value})
+        assert name in info.value.where and time.perf_counter() - t0 < 0.5, name  # nothing loaded
+    with pytest.raises(OptionError, match="compute type None"):
+        WhisperEngine(tiny_model_dir, compute_type=None)
+    # what still works: 1 / 0 and numpy bools for switches, numpy ints for threads, a code in capitals
+    assert tiny_engine.transcribe(audio, word_timestamps=np.bool_(False), speculation=1, language="EN").language == "en"
+    for name in ("AudioError", "ModelError", "NetworkError", "OptionError", "OutputError", "TokenMapError",
+                 "UnknownModelError", "UnknownOptionError", "LiveEvent", "CommandResult"):
+        assert name in specwhisper.__all__ and getattr(specwhisper, name)
+    assert issubclass(specwhisper.OptionError, ValueError) and issubclass(specwhisper.OptionError,
+                                                                        specwhisper.SpecWhisperError)
+
+
+def test_a_results_json_keeps_its_word_timings(tiny_engine):
+    """``Result.to_dict()`` left the words out (only the CLI's writer added them): an app that
+    serialised its result lost them. The writer and the dict now share ``Segment.to_dict``."""
+    from specwhisper.audio import BUNDLED_SAMPLE
+    from specwhisper.writers import render
+
+    result = tiny_engine.transcribe(BUNDLED_SAMPLE, word_timestamps=True)
+    words = [w.word for s in result.segments for w in s.words]
+    assert len(words) >= 5
+    for data in (result.to_dict(), json.loads(render(result, "json"))):
+        assert [w["word"] for s in data["segments"] for w in s["words"]] == words
+    assert "words" not in tiny_engine.transcribe(BUNDLED_SAMPLE).to_dict()["segments"][0]
+
+
 def test_corrupt_model_dir(tmp_path, capsys):
     bad = tmp_path / "model"
     bad.mkdir()
@@ -163,6 +215,13 @@ def test_unknown_model_name(capsys):
     assert rc == 2 and "unknown model 'whisper-gigantic'" in err and "tiny.en" in err
 
 
+def test_an_unknown_language_is_one_usage_error_before_any_file(capsys, shared_data):
+    """``transcribe a.wav b.wav --language xx`` failed each file in turn (exit 1, the error twice)."""
+    jfk = str(shared_data / "real/audio/jfk.flac")
+    rc, out, err = _cli(["transcribe", jfk, jfk, "--language", "xx", "--model", "tiny.en"], capsys)
+    assert rc == 2 and err.count("unknown language 'xx'") == 1 and not out
+
+
 def test_unknown_language(base_engine, shared_data):
     from specwhisper.errors import SpecWhisperError
 
@@ -187,7 +246,7 @@ def test_an_english_only_model_warns_for_another_language_and_refuses_an_unknown
         tiny_engine.stream("de").finish()
     for call in (lambda: tiny_engine.transcribe(audio, language="xx"), lambda: tiny_engine.stream("xx"),
                  lambda: tiny_engine.listen("xx")):
-        with pytest.raises(ModelError, match="unknown language 'xx'"):
+        with pytest.raises(OptionError, match="unknown language 'xx'"):
             call()
 
 

@@ -23,7 +23,7 @@ from clips import clips
 from specwhisper import WhisperEngine
 from specwhisper.audio import SAMPLE_RATE, load_audio
 from specwhisper.cli import main
-from specwhisper.errors import AudioError, ModelError, OptionError, SpecWhisperError
+from specwhisper.errors import AudioError, OptionError, SpecWhisperError
 from specwhisper.listen import check_listener_options
 from specwhisper.listen_endpoint import FRAME, Endpointer
 from specwhisper.tokenmap import build_token_map, load_token_map
@@ -252,7 +252,7 @@ def test_bad_chunks_options_and_feeding_after_finish(base_engine):
         base_engine.listen(vad_threshold=2)
     with pytest.raises(AudioError, match="16 kHz"):
         base_engine.listen(sample_rate=8000)
-    with pytest.raises(ModelError, match="language"):
+    with pytest.raises(OptionError, match="language"):
         base_engine.listen(language="xx")
 
 

@@ -175,9 +175,14 @@ def test_cli_stream_json_lines_and_missing_microphone(engine, shared_data, capsy
     assert "--step: must be seconds from 0.1 to 10" in capsys.readouterr().err
 
 
-def test_ctrl_c_in_the_stream_command_still_commits_what_was_heard(engine, shared_data, capsys, monkeypatch):
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_ctrl_c_in_the_stream_command_still_commits_what_was_heard(engine, shared_data, capsys, monkeypatch, stop):
     """Ctrl-C is how a microphone stream ends: what was heard and not yet committed is decoded
-    and committed, as at the end of a file (it was dropped with "interrupted")."""
+    and committed, as at the end of a file (it was dropped with "interrupted"). A service
+    manager's stop (SIGTERM) ends it alike (it lost the tail, and ``listen`` its learned map)."""
+    import os
+    import signal
+
     import specwhisper.cli_stream as cli_stream
     from specwhisper.cli import main
 
@@ -185,6 +190,8 @@ def test_ctrl_c_in_the_stream_command_still_commits_what_was_heard(engine, share
 
     def interrupted_source(*_):
         yield audio[:round(10.5 * SAMPLE_RATE)]
+        if stop == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)  # main's handler raises where the main thread is
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli_stream, "audio_source", interrupted_source)
@@ -200,9 +207,10 @@ def test_ctrl_c_in_the_stream_command_still_commits_what_was_heard(engine, share
             raise KeyboardInterrupt
         return []
 
-    monkeypatch.setattr(live.LiveStream, "_pass", interrupted_last_pass)  # Ctrl-C in the last pass itself
-    assert main(["stream", "mic", "--model", str(engine.model_dir), "--language", "en"]) == 130
-    assert "interrupted" in capsys.readouterr().err
+    if stop == "ctrl-c":
+        monkeypatch.setattr(live.LiveStream, "_pass", interrupted_last_pass)  # Ctrl-C in the last pass itself
+        assert main(["stream", "mic", "--model", str(engine.model_dir), "--language", "en"]) == 130
+        assert "interrupted" in capsys.readouterr().err
 
 
 def test_a_last_pass_that_loops_commits_only_what_the_pass_before_said(engine, longform, monkeypatch):

@@ -164,3 +164,15 @@ def test_the_int8_copy_leaves_out_graphs_generated_from_the_source(store, served
     assert main(["models", "verify", "fake"]) == 0, capsys.readouterr().err
     with pytest.raises(ValueError):
         model_store.generated_file(copy, "model.bin")
+
+
+def test_models_pull_takes_the_size_names_transcribe_takes(monkeypatch, capsys, tmp_path):
+    """``models pull small`` said "unknown model" where ``transcribe --model small`` fetched
+    faster-whisper's conversion from the hub: pull now resolves every name ``--model`` does."""
+    asked = []
+    monkeypatch.setattr(model_store, "_resolve_hub", lambda repo: asked.append(repo) or tmp_path)
+    assert main(["models", "pull", "small"]) == 0
+    assert asked == ["Systran/faster-whisper-small"] and str(tmp_path) in capsys.readouterr().out
+    assert main(["models", "pull", "whisper-gigantic"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown model 'whisper-gigantic'" in err and "large-v3" in err

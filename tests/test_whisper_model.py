@@ -257,7 +257,7 @@ def test_bad_input_gets_clear_errors(model, jfk_path):
         model.transcribe(jfk_path, beam_size="5")
     with pytest.raises(TypeError, match="min_silence"):
         model.transcribe(jfk_path, vad_filter=True, vad_parameters={"min_silence": 10})
-    with pytest.raises(ValueError, match="not a valid language"):
+    with pytest.raises(ValueError, match="unknown language"):
         model.transcribe(jfk_path, language="xx")
     with pytest.raises(SpecWhisperError, match="not found"):
         model.transcribe("/nonexistent.flac")

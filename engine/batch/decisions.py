@@ -38,6 +38,14 @@ class JobDecisions:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict | None) -> JobDecisions | None:
+        """Decisions read back from the ledger (None: none, or a record of another version)."""
+        try:
+            return cls(**data) if data else None
+        except TypeError:
+            return None
+
 
 def decide(engine, settings: argparse.Namespace) -> JobDecisions:
     """The decisions of ``engine``, opened with the job's ``settings`` and not yet used."""
@@ -51,6 +59,20 @@ def decide(engine, settings: argparse.Namespace) -> JobDecisions:
     if numerics == "batch-invariant" and check is not None and check.row_floor is not None:
         batch_decoder = check.decoder
     return JobDecisions(numerics, why, engine.lm.encoder_choice.name, batch_decoder, from_auto)
+
+
+def recorded_or_none(output_dir: str, settings: argparse.Namespace) -> JobDecisions | None:
+    """What an earlier run of this job (same folder, same text-deciding options) settled: a resume
+    decodes in it whatever its workers and threads, so a folder holds one numerics."""
+    from .ledger import recorded_decisions, settings_key
+
+    return JobDecisions.from_dict(recorded_decisions(output_dir, settings_key(vars(settings))))
+
+
+def keep(decisions: JobDecisions, output_dir: str, settings: argparse.Namespace) -> None:
+    from .ledger import record_decisions, settings_key
+
+    record_decisions(output_dir, settings_key(vars(settings)), decisions.to_dict())
 
 
 def decide_for_job(settings: argparse.Namespace) -> JobDecisions:

@@ -3,8 +3,11 @@
 output written. A rerun skips an input only where its record matches and every output it asks
 for still has the bytes recorded: an output edited, cut short or deleted, an input replaced, or
 an option that changes the text makes it run again. Drafters, thread counts and workers are left out of the key:
-they change speed, never text. So are the output formats: a rerun that asks for fewer of them
-finds them recorded and redoes nothing; one that asks for a format not recorded runs the input again."""
+they change speed, never text, once ``auto`` has settled (see ``decisions``): what it settled for a key is
+recorded here too, and a rerun decodes in it whatever its workers and threads (a resume with other
+workers settled afresh and mixed two numerics in one folder). So are the output formats: a rerun
+that asks for fewer of them finds them recorded and redoes nothing; one that asks for a format not
+recorded runs the input again."""
 
 from __future__ import annotations
 
@@ -37,6 +40,31 @@ def settings_key(settings: dict) -> str:
     """A digest of the text-deciding options (missing ones count as None)."""
     chosen = {name: settings.get(name) for name in TEXT_OPTIONS}
     return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# Not ``.json``: an input's record is ``<name>.json`` for any name an input may have.
+DECISIONS_FILE = "decisions.job"
+
+
+def recorded_decisions(output_dir: str | Path, key: str) -> dict | None:
+    """What ``auto`` settled for these options in an earlier run into ``output_dir``, or None."""
+    try:
+        decided = json.loads((Path(output_dir) / LEDGER_DIR / DECISIONS_FILE).read_text(encoding="utf-8"))[key]
+        return decided if isinstance(decided, dict) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def record_decisions(output_dir: str | Path, key: str, decided: dict) -> None:
+    """Keep what ``auto`` settled for these options (``key``), before any output is written."""
+    path = Path(output_dir) / LEDGER_DIR / DECISIONS_FILE
+    try:
+        every = json.loads(path.read_text(encoding="utf-8"))
+        every = every if isinstance(every, dict) else {}
+    except (OSError, ValueError):
+        every = {}
+    every[key] = decided
+    atomic_write_text(path, json.dumps(every, indent=1, sort_keys=True) + "\n")
 
 
 def record_path(output_dir: str | Path, name: str) -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..errors import SpecWhisperError
 from ..io_utils import atomic_write_bytes
 from . import ledger
-from .decisions import JobDecisions, decide
+from .decisions import JobDecisions, decide, keep
 from .inputs import BatchItem
 from .parquet import parquet_row_bytes
 
@@ -104,6 +104,7 @@ class BatchWorker:
         if decisions is None:  # the job's first engine (the driver's own): it decides for the job
             decisions = decide(self.engine, self.settings)
             decisions.apply(self.settings)
+            keep(decisions, output_dir, settings)  # before any output: a resume decodes in it too
         self.decisions = decisions
         self.name = f"{os.uname().nodename}:{os.getpid()}"
 
