@@ -100,10 +100,11 @@ class TranscribeOptions:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise OptionError(f"seed {self.seed!r} is not a non-negative integer", where=option_where("seed"),
                               hint="use a whole number such as 0")
-        if self.draft_len is not None and (isinstance(self.draft_len, bool) or not isinstance(self.draft_len, int)
-                                           or not 0 <= self.draft_len <= 16):
-            raise OptionError(f"draft length {self.draft_len!r} is not a whole number from 0 to 16",
-                              where=option_where("draft_len"), hint="use 0..16 (0 disables drafting)")
+        if self.draft_len is not None:
+            if isinstance(self.draft_len, bool) or not isinstance(self.draft_len, Integral) or not 0 <= self.draft_len <= 16:
+                raise OptionError(f"draft length {self.draft_len!r} is not a whole number from 0 to 16",
+                                  where=option_where("draft_len"), hint="use 0..16 (0 disables drafting)")
+            object.__setattr__(self, "draft_len", int(self.draft_len))
         for name in SWITCHES:
             object.__setattr__(self, name, switch(getattr(self, name), name))
         check_decoding_options(self)
@@ -142,8 +143,10 @@ SWITCHES = ("speculation", "condition_on_previous_text", "scores", "suppress_bla
 def switch(value, name: str) -> bool:
     """An on/off option as a bool: True, False, or 1 / 0 (numpy's too); anything else, a string
     above all ("false" is truthy), is an ``OptionError`` naming the option."""
-    if (isinstance(value, Integral) and value in (0, 1)) or getattr(getattr(value, "dtype", None), "kind", "") == "b":
+    if isinstance(value, Integral) and value in (0, 1):
         return bool(value)
+    if getattr(getattr(value, "dtype", None), "kind", "") == "b" and getattr(value, "shape", None) == ():
+        return bool(value)  # a numpy bool
     raise OptionError(f"{name} must be True or False, got {value!r}", where=option_where(name),
                       hint="pass a bool (a string such as 'false' would read as on)")
 
@@ -162,7 +165,7 @@ def checked_options(call: str, not_here: tuple[str, ...] = (), **options) -> Tra
 
 # CTranslate2's compute types (what a machine supports among them is checked as the model loads)
 COMPUTE_TYPES = ("default", "auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
-                 "bfloat16", "float32")
+                 "bfloat16", "float32", "float")
 
 
 def check_engine_options(*, device, compute_type, threads, decoder_threads, encoder, batch_decoder,
@@ -180,7 +183,8 @@ def check_engine_options(*, device, compute_type, threads, decoder_threads, enco
     for name, value, hint in (("threads", threads, "use e.g. 2 (the cores to use)"),
                               ("decoder_threads", decoder_threads,
                                "use a positive number, or leave it out to let the engine measure")):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, Integral) or value < 1):
+        if (value is not None or name == "threads") and (isinstance(value, bool) or not isinstance(value, Integral)
+                                                         or value < 1):
             raise OptionError(f"{name} must be a whole number >= 1, got {value!r}", where=option_where(name), hint=hint)
     for name, value, choices in (("encoder", encoder, ENCODERS), ("batch_decoder", batch_decoder, BATCH_DECODERS)):
         if value not in choices:

@@ -410,9 +410,20 @@ _FW_NAMES = ("beam_size", "best_of", "patience", "length_penalty", "repetition_p
 
 
 def _checked_language(model: WhisperModel, language: str | None) -> str | None:
-    """faster-whisper's rules, the engine's check: an English-only model takes another language as
-    English (with a warning); a code Whisper does not know is a ValueError (``OptionError``)."""
-    return model.engine.tokenizer.checked_language(language)
+    """faster-whisper 1.2's rules: an English-only model takes any ``language`` as English (with a
+    warning, as its log line); elsewhere the engine's check, with faster-whisper's ValueError
+    message for a code it does not know."""
+    if language is None:
+        return None
+    if not model.engine.tokenizer.multilingual:
+        if language != "en":
+            warn_caller(f"the model is English-only but language={language!r}: using 'en'")
+        return "en"
+    try:
+        return model.engine.tokenizer.checked_language(language)
+    except OptionError:
+        raise OptionError(f"{language!r} is not a valid language code", where="language",
+                          hint=f"use one of {', '.join(LANGUAGE_CODES[:8])}, ...") from None
 
 
 def _no_clips(clip_timestamps) -> bool:

@@ -31,7 +31,8 @@ class Transcript(Protocol):
     @property
     def duration_s(self) -> float: ...
 
-    def to_dict(self) -> dict: ...
+    def to_dict(self) -> dict:  # the JSON's content, segments included (``Segment.to_dict``)
+        ...
 
 
 @dataclass(frozen=True)

@@ -222,7 +222,7 @@ def test_auto_is_settled_once_for_the_job_and_every_worker_decodes_in_it(tmp_pat
 
     other = "single-row" if settled.numerics == "batch-invariant" else "batch-invariant"
     forced = decisions_module.JobDecisions(other, "forced by the test", "ct2", "auto")
-    monkeypatch.setattr(decisions_module, "decide_for_job", lambda settings: forced)
+    monkeypatch.setattr(decisions_module, "decide", lambda engine, settings: forced)
     pool = transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json",), workers=2, **options)
     assert pool.ok and pool.decisions == forced
     for path in (tmp_path / "pool").glob("*.json"):
@@ -232,10 +232,7 @@ def test_auto_is_settled_once_for_the_job_and_every_worker_decodes_in_it(tmp_pat
 
     # A resume decodes in what the folder's first run settled: with other workers or threads it
     # settled afresh (two numerics in one folder, found by a user's helper); here auto would now say
-    # the other numerics, and the input done again must not follow it.
-    from specwhisper.batch import worker as worker_module
-
-    monkeypatch.setattr(worker_module, "decide", lambda engine, settings: forced)
+    # the other numerics (``decide`` is still forced), and the input done again must not follow it.
     redo = sorted((tmp_path / "seq").glob("*.json"))[0]
     redo.unlink()
     resumed = transcribe_batch([str(folder)], str(tmp_path / "seq"), formats=("json",), **options)
@@ -243,6 +240,14 @@ def test_auto_is_settled_once_for_the_job_and_every_worker_decodes_in_it(tmp_pat
     assert sum(o.status == "done" for o in resumed.outcomes) == 1
     data = json.loads(redo.read_text())
     assert data["batch_decisions"] == settled.to_dict() and {w["numerics"] for w in data["windows"]} == {settled.numerics}
+    # a record that cannot open here (an encoder this machine lacks; a name no build has, here) is
+    # said and settled afresh, not a failure of every input
+    record = tmp_path / "seq" / LEDGER_DIR / "decisions.job"
+    record.write_text(json.dumps({k: dict(v, encoder="no-such-encoder") for k, v in json.loads(record.read_text()).items()}))
+    redo.unlink()
+    with pytest.warns(UserWarning, match="cannot open here.*settled afresh"):
+        again = transcribe_batch([str(folder)], str(tmp_path / "seq"), formats=("json",), **options)
+    assert again.ok and again.decisions == forced and json.loads(redo.read_text())["batch_decisions"] == forced.to_dict()
     monkeypatch.undo()
 
     assert main(["batch", str(folder), "--output-dir", str(tmp_path / "cli"), "--model", str(tiny_model_dir),

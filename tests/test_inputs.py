@@ -156,7 +156,7 @@ def test_option_mistakes_are_value_errors_named_before_any_work(tiny_engine, tin
         assert name in info.value.where and info.value.hint, name
     with pytest.raises(OptionError, match="draft length 2.5"):
         tiny_engine.transcribe(audio, draft_len=2.5)
-    per_engine = {"compute_type": "int4", "decoder_threads": "1", "threads": 0, "device": "gpu",
+    per_engine = {"compute_type": "int4", "decoder_threads": "1", "threads": None, "device": "gpu",
                   "encoder": "bogus", "batch_decoder": "x", "learn": "no"}
     for name, value in per_engine.items():
         t0 = time.perf_counter()
@@ -165,7 +165,13 @@ def test_option_mistakes_are_value_errors_named_before_any_work(tiny_engine, tin
         assert name in info.value.where and time.perf_counter() - t0 < 0.5, name  # nothing loaded
     with pytest.raises(OptionError, match="compute type None"):
         WhisperEngine(tiny_model_dir, compute_type=None)
-    # what still works: 1 / 0 and numpy bools for switches, numpy ints for threads, a code in capitals
+    # what still works: 1 / 0 and numpy bools for switches, numpy ints, every compute type CTranslate2
+    # takes ("float" too), a code in capitals
+    from specwhisper.transcribe_options import COMPUTE_TYPES, TranscribeOptions
+
+    assert "float" in COMPUTE_TYPES and TranscribeOptions(draft_len=np.int64(4)).draft_len == 4
+    with pytest.raises(OptionError, match="speculation"):
+        TranscribeOptions(speculation=np.array([True, False]))
     assert tiny_engine.transcribe(audio, word_timestamps=np.bool_(False), speculation=1, language="EN").language == "en"
     for name in ("AudioError", "ModelError", "NetworkError", "OptionError", "OutputError", "TokenMapError",
                  "UnknownModelError", "UnknownOptionError", "LiveEvent", "CommandResult"):

@@ -257,7 +257,7 @@ def test_bad_input_gets_clear_errors(model, jfk_path):
         model.transcribe(jfk_path, beam_size="5")
     with pytest.raises(TypeError, match="min_silence"):
         model.transcribe(jfk_path, vad_filter=True, vad_parameters={"min_silence": 10})
-    with pytest.raises(ValueError, match="unknown language"):
+    with pytest.raises(ValueError, match="not a valid language"):
         model.transcribe(jfk_path, language="xx")
     with pytest.raises(SpecWhisperError, match="not found"):
         model.transcribe("/nonexistent.flac")
@@ -413,3 +413,16 @@ def test_a_model_from_in_memory_files(tiny_model_dir, jfk_path, tmp_path, monkey
         WhisperModel("x", files={"../model.bin": b"", **again})
     with pytest.raises(SpecWhisperError, match="not bytes"):
         WhisperModel("x", files={**again, "model.bin": 3})
+
+
+def test_an_english_only_model_takes_any_language_as_english(tiny_engine):
+    """faster-whisper 1.2 logs and decodes in English whatever ``language`` an English-only model is
+    given (a code or not); the engine's stricter check must not leak into the facade."""
+    model = WhisperModel.__new__(WhisperModel)
+    model.engine = tiny_engine  # the facade over an engine already loaded (as WhisperModel builds it)
+    from specwhisper.whisper_model import _checked_language
+
+    for language in ("fr", "english", "xx"):
+        with pytest.warns(UserWarning, match=f"English-only but language={language!r}: using 'en'"):
+            assert _checked_language(model, language) == "en"
+    assert _checked_language(model, "en") == "en" and _checked_language(model, None) is None

@@ -61,27 +61,44 @@ def decide(engine, settings: argparse.Namespace) -> JobDecisions:
     return JobDecisions(numerics, why, engine.lm.encoder_choice.name, batch_decoder, from_auto)
 
 
-def recorded_or_none(output_dir: str, settings: argparse.Namespace) -> JobDecisions | None:
-    """What an earlier run of this job (same folder, same text-deciding options) settled: a resume
-    decodes in it whatever its workers and threads, so a folder holds one numerics."""
-    from .ledger import recorded_decisions, settings_key
+def settle(settings: argparse.Namespace, output_dir: str, original: argparse.Namespace):
+    """Open the job's first engine in what it decodes in, put that in ``settings`` (a working copy
+    of ``original``, the options as given) and return ``(engine, transcribe, decisions)``.
 
-    return JobDecisions.from_dict(recorded_decisions(output_dir, settings_key(vars(settings))))
-
-
-def keep(decisions: JobDecisions, output_dir: str, settings: argparse.Namespace) -> None:
-    from .ledger import record_decisions, settings_key
-
-    record_decisions(output_dir, settings_key(vars(settings)), decisions.to_dict())
-
-
-def decide_for_job(settings: argparse.Namespace) -> JobDecisions:
-    """Open an engine with the job's settings here, in the driver, only to decide (then close it):
-    workers in other processes or on other machines then all decode alike."""
+    What an earlier run into ``output_dir`` settled for the same text-deciding options comes first:
+    a resume decodes in it whatever its workers and threads (it settled afresh and mixed two
+    numerics in one folder). Where that cannot open here (an encoder this machine lacks), it says
+    so and settles afresh. Otherwise this engine decides, and the decisions are recorded before
+    any output is written."""
+    from ..errors import SpecWhisperError, warn_caller
     from ..file_transcriber import open_transcriber
+    from .ledger import record_decisions, recorded_decisions, settings_key
 
-    engine, _ = open_transcriber(settings)
-    try:
-        return decide(engine, settings)
-    finally:
-        engine.close()
+    key = settings_key(vars(original))
+    recorded = JobDecisions.from_dict(recorded_decisions(output_dir, key))
+    if recorded is not None:
+        before = dict(vars(settings))
+        recorded.apply(settings)
+        try:
+            engine, transcribe = open_transcriber(settings)
+            return engine, transcribe, recorded
+        except SpecWhisperError as exc:
+            vars(settings).clear()
+            vars(settings).update(before)
+            warn_caller(f"this output folder's earlier run decoded in {recorded.numerics} numerics with the "
+                        f"{recorded.encoder} encoder, which cannot open here ({exc.what}): settled afresh, so "
+                        "near-tie words may differ from its outputs")
+    engine, transcribe = open_transcriber(settings)
+    decisions = decide(engine, settings)
+    decisions.apply(settings)
+    record_decisions(output_dir, key, decisions.to_dict())
+    return engine, transcribe, decisions
+
+
+def settle_for_job(settings: argparse.Namespace, output_dir: str) -> JobDecisions:
+    """``settle`` here, in the driver, only to decide (the engine is closed again): workers in
+    other processes or on other machines then all decode alike, and a model that cannot load
+    ends the job before any of them starts."""
+    engine, _, decisions = settle(argparse.Namespace(**vars(settings)), output_dir, settings)
+    engine.close()
+    return decisions

@@ -243,29 +243,22 @@ def _usable_output_dir(output_dir: str) -> str:
 
 def _runner(settings: argparse.Namespace, output_dir: str, formats: tuple[str, ...], ray: str | None,
             workers: int, retries: int):
-    from .decisions import recorded_or_none
-
     worker_args = (settings, str(output_dir), tuple(formats))
-    recorded = recorded_or_none(str(output_dir), settings)  # what an earlier run of this job settled
     if ray is not None:
         from .ray_runner import RayRunner, connect
 
-        decided = _decided(worker_args, recorded)  # before joining a cluster: a model that fails to load ends the job here
+        decided = _decided(worker_args)  # before joining a cluster: a model that fails to load ends the job here
         return RayRunner(decided, workers, settings.threads, retries), connect(ray, workers * settings.threads)
     from .local_runner import InProcessRunner, ProcessPoolRunner
 
-    if workers == 1:  # its engine settles what no earlier run did, and records it
-        return InProcessRunner((*worker_args, None, recorded)), False
-    return ProcessPoolRunner(_decided(worker_args, recorded), workers), False
+    if workers == 1:
+        return InProcessRunner(worker_args), False
+    return ProcessPoolRunner(_decided(worker_args), workers), False
 
 
-def _decided(worker_args: tuple, recorded: JobDecisions | None) -> tuple:
-    """Workers in other processes get what ``auto`` settles, decided here once (``decisions``)
-    unless an earlier run of the job did, and recorded before any of them writes an output."""
-    from .decisions import decide_for_job, keep
+def _decided(worker_args: tuple) -> tuple:
+    """Workers in other processes get what ``auto`` settles (or settled in an earlier run into the
+    same folder), decided here once (``decisions``)."""
+    from .decisions import settle_for_job
 
-    settings, output_dir = worker_args[0], worker_args[1]
-    if recorded is None:
-        recorded = decide_for_job(settings)
-        keep(recorded, output_dir, settings)
-    return (*worker_args, None, recorded)
+    return (*worker_args, None, settle_for_job(worker_args[0], worker_args[1]))

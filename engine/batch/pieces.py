@@ -85,7 +85,7 @@ class StitchedTranscript:
     info: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"text": self.text, "tokens": self.tokens, **self.info}
+        return {"text": self.text, "tokens": self.tokens, **self.info, "segments": [s.to_dict() for s in self.segments]}
 
 
 def stitch(pieces: list[tuple[BatchItem, dict]], method: str) -> StitchedTranscript:

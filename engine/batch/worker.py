@@ -15,7 +15,7 @@ from pathlib import Path
 from ..errors import SpecWhisperError
 from ..io_utils import atomic_write_bytes
 from . import ledger
-from .decisions import JobDecisions, decide, keep
+from .decisions import JobDecisions, settle
 from .inputs import BatchItem
 from .parquet import parquet_row_bytes
 
@@ -87,8 +87,6 @@ class BatchWorker:
         from ..file_transcriber import check_decoding_options, open_transcriber
 
         self.settings = argparse.Namespace(**vars(settings))
-        if decisions is not None:
-            decisions.apply(self.settings)
         # only where files were shipped: a pool process ends without running finalizers, and a
         # killed one cannot, so an unused folder would be left behind by each
         self._scratch = tempfile.TemporaryDirectory(prefix="specwhisper-worker-") if shipped else None
@@ -100,11 +98,11 @@ class BatchWorker:
         self.formats = formats
         self.key = ledger.settings_key(vars(settings))
         self.cues = check_decoding_options(for_checks(self.settings, formats))
-        self.engine, self._transcribe = open_transcriber(self.settings)
-        if decisions is None:  # the job's first engine (the driver's own): it decides for the job
-            decisions = decide(self.engine, self.settings)
+        if decisions is None:  # the job's first engine (the driver's own): an earlier run's, else its own
+            self.engine, self._transcribe, decisions = settle(self.settings, output_dir, settings)
+        else:
             decisions.apply(self.settings)
-            keep(decisions, output_dir, settings)  # before any output: a resume decodes in it too
+            self.engine, self._transcribe = open_transcriber(self.settings)
         self.decisions = decisions
         self.name = f"{os.uname().nodename}:{os.getpid()}"
 
