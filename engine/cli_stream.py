@@ -39,7 +39,7 @@ def add_stream_parser(sub, add_model_args) -> None:
     s.add_argument("--no-previous-pass", action="store_true", help="do not draft a pass from the one before")
     s.add_argument("--numerics", default="auto", choices=["auto", "batch-invariant", "single-row"])
     s.add_argument("--audio-ctx", default="auto", help="encoder context of a pass: auto (fitted to the buffer, "
-                                                       "default) or full")
+                                                       "default), full, or mel frames 600|1000|1500|2000")
     s.add_argument("--stats", action="store_true", help="print pass counts, decoder calls and acceptance at the end")
 
 

@@ -235,7 +235,8 @@ def test_auto_is_settled_once_for_the_job_and_every_worker_decodes_in_it(tmp_pat
     # the other numerics (``decide`` is still forced), and the input done again must not follow it.
     redo = sorted((tmp_path / "seq").glob("*.json"))[0]
     redo.unlink()
-    resumed = transcribe_batch([str(folder)], str(tmp_path / "seq"), formats=("json",), **options)
+    # ("EN" keys the job as "en" does: only the deleted output is done again)
+    resumed = transcribe_batch([str(folder)], str(tmp_path / "seq"), formats=("json",), **(options | {"language": "EN"}))
     assert resumed.ok and resumed.decisions == settled
     assert sum(o.status == "done" for o in resumed.outcomes) == 1
     data = json.loads(redo.read_text())

@@ -179,6 +179,7 @@ def _check(formats: tuple[str, ...], workers: int, retries: int, settings: argpa
     """What can be checked before the workers start (the models are found, pulled where needed,
     once, here); returns how srt/vtt cues are cut."""
     from ..file_transcriber import check_decoding_options
+    from ..tokenizer import language_code
     from .worker import for_checks
 
     bad = [fmt for fmt in formats if fmt not in FORMATS]
@@ -199,6 +200,7 @@ def _check(formats: tuple[str, ...], workers: int, retries: int, settings: argpa
         raise SpecWhisperError(f"--piece-s must be at least 10 seconds, got {piece_s}", where="--piece-s",
                                hint="use e.g. 600 (ten-minute pieces)")
     cues = check_decoding_options(for_checks(settings, formats))
+    settings.language = language_code(settings.language)  # "FR" as "fr": one resume key for both
     if ray is not None:
         from .ray_runner import check_reachable, ray_module
 
