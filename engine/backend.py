@@ -129,9 +129,10 @@ class LoadedModel:
         decoder), ``ct2`` or ``invariant`` (see ``SelfTestResult.decoder``).
         ``encoder``: ``auto`` (the faster of CTranslate2's and the ONNX Runtime graph, measured once;
         see ``encoders``), ``ct2`` or ``onnx``."""
-        if batch_decoder not in BATCH_DECODERS:
-            raise OptionError(f"unknown batch decoder {batch_decoder!r}", where=option_where("batch_decoder"),
-                             hint=f"use one of {', '.join(BATCH_DECODERS)}")
+        from .transcribe_options import check_engine_options  # (it imports this module)
+
+        check_engine_options(device=device, compute_type=compute_type, threads=threads,
+                             decoder_threads=decoder_threads, encoder=encoder, batch_decoder=batch_decoder)
         self.batch_decoder_choice = batch_decoder
         self._invariant = None
         ct2 = _import_ct2()
@@ -198,10 +199,7 @@ class LoadedModel:
         """Threads for the decoder: as asked, or 1 unless ``threads`` is clearly faster, measured once
         per machine, build, model and compute type (cached beside the self-test). Also returns the
         1-thread instance when this call loaded it to measure and chose it, so it is not loaded twice."""
-        if requested is not None:
-            if requested < 1:
-                raise OptionError(f"decoder threads must be >= 1, got {requested}", where=option_where("decoder_threads"),
-                              hint="use a positive number, or leave it out to let the engine measure")
+        if requested is not None:  # a whole number >= 1 (check_engine_options)
             return requested, None
         if self.device != "cpu" or self.threads <= 1:
             return self.threads, None

@@ -71,7 +71,7 @@ def check_token_ids(opts, vocab_size: int) -> None:
         if bad:
             raise OptionError(f"{name} holds token ids outside this model's vocabulary: {bad[:5]}", where=name,
                               hint=f"use ids from 0 to {vocab_size - 1} (the tokenizer's encode gives them)"
-                              + (", or -1 for the model's non-speech symbols" if name == "suppress_tokens" else ""))
+                                   + (", or -1 for the model's non-speech symbols" if name == "suppress_tokens" else ""))
 
 
 def check_chunk_length(value) -> int | None:
@@ -89,7 +89,7 @@ def check_chunk_length(value) -> int | None:
         raise OptionError(f"chunk_length must be whole seconds from 1 to {MAX_CHUNK_LENGTH}, got {value!r}",
                           where="chunk_length",
                           hint=f"use e.g. 10, or leave it unset for {MAX_CHUNK_LENGTH} s windows (the encoder's input "
-                          f"is {MAX_CHUNK_LENGTH} s: a longer window would skip audio)")
+                               f"is {MAX_CHUNK_LENGTH} s: a longer window would skip audio)")
     return int(value)
 
 

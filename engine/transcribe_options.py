@@ -169,9 +169,10 @@ COMPUTE_TYPES = ("default", "auto", "int8", "int8_float32", "int8_float16", "int
 
 
 def check_engine_options(*, device, compute_type, threads, decoder_threads, encoder, batch_decoder,
-                         switches: dict) -> None:
-    """``WhisperEngine``'s own options, checked before anything loads (a typo costs no load time,
-    and a wrong type is an ``OptionError`` naming the option, not a failure deep in a load)."""
+                         switches: dict | None = None) -> None:
+    """``WhisperEngine``'s own options (and ``LoadedModel``'s, the same check), checked before
+    anything loads (a typo costs no load time, and a wrong type is an ``OptionError`` naming the
+    option, not a failure deep in a load). ``switches``: on/off options by name."""
     from .backend import BATCH_DECODERS
     from .encoders import ENCODERS
 
@@ -185,11 +186,12 @@ def check_engine_options(*, device, compute_type, threads, decoder_threads, enco
                                "use a positive number, or leave it out to let the engine measure")):
         if (value is not None or name == "threads") and (isinstance(value, bool) or not isinstance(value, Integral)
                                                          or value < 1):
-            raise OptionError(f"{name} must be a whole number >= 1, got {value!r}", where=option_where(name), hint=hint)
+            raise OptionError(f"{name.replace('_', ' ')} must be a whole number >= 1, got {value!r}",
+                              where=option_where(name), hint=hint)
     for name, value, choices in (("encoder", encoder, ENCODERS), ("batch_decoder", batch_decoder, BATCH_DECODERS)):
         if value not in choices:
             raise OptionError(f"unknown {name.replace('_', ' ')} {value!r}", where=option_where(name),
                               hint=f"use one of {', '.join(choices)}")
-    for name, value in switches.items():
+    for name, value in (switches or {}).items():
         if value is not None:
             switch(value, name)

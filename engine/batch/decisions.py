@@ -77,14 +77,13 @@ def settle(settings: argparse.Namespace, output_dir: str, original: argparse.Nam
     key = settings_key(vars(original))
     recorded = JobDecisions.from_dict(recorded_decisions(output_dir, key))
     if recorded is not None:
-        before = dict(vars(settings))
-        recorded.apply(settings)
+        trial = argparse.Namespace(**vars(settings))
+        recorded.apply(trial)
         try:
-            engine, transcribe = open_transcriber(settings)
+            engine, transcribe = open_transcriber(trial)
+            recorded.apply(settings)
             return engine, transcribe, recorded
         except SpecWhisperError as exc:
-            vars(settings).clear()
-            vars(settings).update(before)
             warn_caller(f"this output folder's earlier run decoded in {recorded.numerics} numerics with the "
                         f"{recorded.encoder} encoder, which cannot open here ({exc.what}): settled afresh, so "
                         "near-tie words may differ from its outputs")
