@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("audio", nargs="+", help="audio files (wav/flac/ogg; mp3/m4a/video with the [av] extra)")
     add_model_args(t)
     t.add_argument("--output-format", default="txt", choices=["txt", "json", "srt", "vtt"],
-                   help="txt prints to stdout (and with --output-dir also writes <stem>.txt); other formats write "
+                   help="txt prints to stdout, each text under a '==> FILE <==' line where several files are given "
+                        "(and with --output-dir also writes <stem>.txt); other formats write "
                         "<stem>.<fmt>")
     t.add_argument("--output-dir", default=None, help="directory for output files (default: current directory "
                                                       "for json/srt/vtt)")
@@ -267,6 +268,9 @@ def _transcribe(args) -> int:
         return 0
     engine, transcribe_file = open_transcriber(args)
     failures = 0
+    # several texts on stdout: each under its file's name (as `head` labels files), so that a file
+    # that fails or says nothing does not leave the reader guessing which text is whose
+    label = len(args.audio) > 1
     for path in inputs:
         progress = _progress_printer(path) if sys.stderr.isatty() else None
         try:
@@ -275,13 +279,11 @@ def _transcribe(args) -> int:
             failures += 1
             print(f"error: {exc.message()}", file=sys.stderr)
             continue
-        if out_dir is None:
-            print(result.text, flush=True)
-        else:
+        if out_dir is not None:
             written = write_result(result, path, out_dir, args.output_format, {"beam_size": args.beam_size}, cues)
             print(f"{path} -> {written}", file=sys.stderr)
-            if args.output_format == "txt":
-                print(result.text, flush=True)
+        if args.output_format == "txt":
+            print(f"==> {path} <==\n{result.text}" if label else result.text, flush=True)
         if args.stats:
             _print_stats(path, result)
     if args.learn_save:

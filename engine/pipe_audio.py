@@ -7,8 +7,9 @@ first bytes decide. A RIFF/WAVE stream is parsed here, by hand, because a pipe c
 its writer does not know the length (soundfile wants a seekable file or the whole stream in
 memory): the ``data`` chunk's size may be 0 or a placeholder, and the samples run to EOF. Its
 frames are mixed down to mono and resampled to 16 kHz as they arrive. Another container's magic
-(FLAC, Ogg, MP3 with an ID3 tag, AIFF, CAF, ...) is refused with its name, rather than heard as
-noise. Anything else is raw PCM, passed on as bytes, its first bytes included.
+(FLAC, Ogg, MP3 with an ID3 tag, AIFF, CAF, ...), or two MP3 or AAC frames one after the other,
+is refused with its name, rather than heard as noise. Anything else is raw PCM, passed on as
+bytes, its first bytes included.
 """
 
 from __future__ import annotations
@@ -54,14 +55,63 @@ def pipe_chunks(stream: BinaryIO, chunk_s: float = 0.1) -> Iterator[bytes | np.n
             raise _refuse(f"a RIFF file of type {head[8:12].decode('latin-1').strip()!r}, not WAVE audio")
         return _wav_chunks(stream, chunk_s)
     seen = _container(head)
+    ended = len(head) < 12
+    if not seen and head[:1] == b"\xff":  # a frame sync: bare MP3 or AAC, or PCM that starts so
+        first = _frame_size(head)
+        if first is not None:
+            head += _read_exact(stream, first + _FRAME_HEADER - len(head))
+            ended = len(head) < first + _FRAME_HEADER
+            seen = _frames_of(head)
     if seen:
         raise _refuse(seen)
-    return _raw_chunks(stream, head, chunk_s)
+    return _raw_chunks(stream, head, ended, chunk_s)
+
+
+# MPEG audio Layer III (MP3) frame headers: kbit/s by bitrate index for MPEG-1, and for MPEG-2 and
+# 2.5; sample rates by version (0: 2.5, 2: MPEG-2, 3: MPEG-1); AAC's ADTS header is 7 bytes.
+_MP3_KBPS = {3: (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320),
+             2: (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160)}
+_MP3_RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
+_FRAME_HEADER = 7
+
+
+def _mp3_frame_size(h: bytes) -> int | None:
+    """The length of the MP3 frame whose header ``h`` starts with, or None if it is not one."""
+    if len(h) < 4 or h[0] != 0xFF or h[1] & 0xE0 != 0xE0:
+        return None
+    version, layer, bitrate, rate = (h[1] >> 3) & 3, (h[1] >> 1) & 3, h[2] >> 4, (h[2] >> 2) & 3
+    if version == 1 or layer != 1 or bitrate in (0, 15) or rate == 3:
+        return None
+    kbps = _MP3_KBPS[3 if version == 3 else 2][bitrate]
+    return (144 if version == 3 else 72) * kbps * 1000 // _MP3_RATES[version][rate] + ((h[2] >> 1) & 1)
+
+
+def _adts_frame_size(h: bytes) -> int | None:
+    """The length of the AAC ADTS frame whose header ``h`` starts with, or None if it is not one."""
+    if len(h) < 7 or h[0] != 0xFF or h[1] & 0xF6 != 0xF0:
+        return None
+    size = ((h[3] & 3) << 11) | (h[4] << 3) | (h[5] >> 5)
+    return size if size > 7 else None
+
+
+def _frame_size(h: bytes) -> int | None:
+    return _mp3_frame_size(h) or _adts_frame_size(h)
+
+
+def _frames_of(head: bytes) -> str | None:
+    """The codec of ``head`` where it holds a frame and the next frame's header right after it:
+    one header-like pattern is a chance in raw PCM, two at the right distance are not."""
+    for name, size_of in (("MP3 audio (MPEG frames, no ID3 tag)", _mp3_frame_size),
+                          ("AAC audio (ADTS frames)", _adts_frame_size)):
+        first = size_of(head)
+        if first is not None and size_of(head[first:first + _FRAME_HEADER]) is not None:
+            return name
+    return None
 
 
 def _container(head: bytes) -> str | None:
-    """The name of the (non-WAV) audio container ``head`` starts with, if any. MP3 without an
-    ID3 tag starts with an 11-bit frame sync that raw PCM can start with too: not guessed."""
+    """The name of the (non-WAV) audio container ``head`` starts with, if any. MP3 or AAC
+    without a tag starts with a frame sync that raw PCM can start with too: ``_frames_of``."""
     if head.startswith(b"fLaC"):
         return "FLAC audio"
     if head.startswith(b"OggS"):
@@ -81,13 +131,14 @@ def _container(head: bytes) -> str | None:
     return None
 
 
-def _raw_chunks(stream: BinaryIO, head: bytes, chunk_s: float) -> Iterator[bytes]:
-    """Raw 16-bit PCM as read: the sniffed bytes are its first samples. An odd byte at a chunk's
-    end is not cut here: the stream's ChunkQueue keeps it for the next chunk."""
+def _raw_chunks(stream: BinaryIO, head: bytes, ended: bool, chunk_s: float) -> Iterator[bytes]:
+    """Raw 16-bit PCM as read: the sniffed bytes are its first samples (``ended``: the stream
+    ended within them). An odd byte at a chunk's end is not cut here: the stream's ChunkQueue
+    keeps it for the next chunk."""
     if not head:
         return
     size = round(chunk_s * SAMPLE_RATE) * 2
-    yield head + stream.read(size - len(head)) if len(head) == 12 else head  # fewer: the stream ended
+    yield head if ended else head + stream.read(max(0, size - len(head)))
     while data := stream.read(size):
         yield data
 

@@ -24,17 +24,35 @@ LANGUAGE_CODES = (
     "oc ka be tg sd gu am yi lo uz fo ht ps tk nn mt sa lb my bo tl mg as tt haw ln ha ba jw su yue"
 ).split()
 
+# English names in the order of LANGUAGE_CODES, and other names users type (openai-whisper's
+# command line takes names, e.g. ``--language English``).
+LANGUAGE_NAMES = (
+    "english,chinese,german,spanish,russian,korean,french,japanese,portuguese,turkish,polish,catalan,dutch,"
+    "arabic,swedish,italian,indonesian,hindi,finnish,vietnamese,hebrew,ukrainian,greek,malay,czech,romanian,"
+    "danish,hungarian,tamil,norwegian,thai,urdu,croatian,bulgarian,lithuanian,latin,maori,malayalam,welsh,"
+    "slovak,telugu,persian,latvian,bengali,serbian,azerbaijani,slovenian,kannada,estonian,macedonian,breton,"
+    "basque,icelandic,armenian,nepali,mongolian,bosnian,kazakh,albanian,swahili,galician,marathi,punjabi,"
+    "sinhala,khmer,shona,yoruba,somali,afrikaans,occitan,georgian,belarusian,tajik,sindhi,gujarati,amharic,"
+    "yiddish,lao,uzbek,faroese,haitian creole,pashto,turkmen,nynorsk,maltese,sanskrit,luxembourgish,myanmar,"
+    "tibetan,tagalog,malagasy,assamese,tatar,hawaiian,lingala,hausa,bashkir,javanese,sundanese,cantonese"
+).split(",")
+LANGUAGE_ALIASES = {"burmese": "my", "valencian": "ca", "flemish": "nl", "haitian": "ht", "letzeburgesch": "lb",
+                    "pushto": "ps", "panjabi": "pa", "moldavian": "ro", "moldovan": "ro", "sinhalese": "si",
+                    "castilian": "es", "mandarin": "zh", "farsi": "fa", "filipino": "tl", "norwegian nynorsk": "nn"}
+CODE_OF_NAME = dict(zip(LANGUAGE_NAMES, LANGUAGE_CODES, strict=True)) | LANGUAGE_ALIASES
+
 
 def language_code(language) -> str | None:
-    """``language`` as Whisper writes it (``"EN"`` and ``" en"`` as ``"en"``), or None for none; a
+    """``language`` as Whisper writes it (``"EN"``, ``" en"`` and ``"English"`` as ``"en"``), or None for none; a
     code Whisper does not know is an ``OptionError`` (a ValueError) on any model, checked before a
     model loads (the command line checks it once, not once per file)."""
     if language is None:
         return None
-    code = language.strip().lower() if isinstance(language, str) else None
+    code = " ".join(language.lower().split()) if isinstance(language, str) else None
+    code = CODE_OF_NAME.get(code, code)
     if code not in LANGUAGE_CODES:
         raise OptionError(f"unknown language {language!r}", where=option_where("language"),
-                          hint="use a language code such as 'en', 'de' or 'fr' (Whisper's codes: "
+                          hint="use a language code such as 'en', 'de' or 'fr', or its English name (Whisper's codes: "
                                f"{', '.join(LANGUAGE_CODES[:12])}, ...)")
     return code
 

@@ -129,6 +129,32 @@ def test_cli_refuses_bad_options_before_loading_a_model(tmp_path, capsys):
         transcribe_batch([str(tmp_path / "a.flac")], str(tmp_path / "o"), threads=4)
 
 
+def test_a_second_job_into_a_folder_in_use_stops_at_once_naming_the_first(tmp_path, capsys):
+    """Two jobs into one folder raced on its recorded decisions and decoded the same inputs twice:
+    while one job's process holds the folder, another stops before any model loads; once it
+    ends, the folder is free again."""
+    import subprocess
+    import sys
+
+    from specwhisper.batch.folder_lock import held_by_this_job
+
+    (tmp_path / "a.flac").write_bytes(b"")
+    ledger = tmp_path / "o" / LEDGER_DIR
+    ledger.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom specwhisper.batch.folder_lock import "
+                               f"held_by_this_job\nwith held_by_this_job({str(ledger)!r}):\n print('held', flush=True)\n"
+                               " sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(["batch", str(tmp_path / "a.flac"), "--output-dir", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err
+        assert "another batch job is writing to this output folder" in err and f"pid {holder.pid}" in err
+    finally:
+        holder.communicate("")
+    with held_by_this_job(ledger):  # the lock went with the process
+        pass
+
+
 def test_a_ray_address_where_nothing_answers_is_a_clear_error_at_once(tmp_path, capsys):
     """Ray retries an address where no cluster runs for minutes, printing only its own warnings
     (a --ray 127.0.0.1:1 job was still waiting after 60 s): refused before anything starts."""

@@ -50,6 +50,8 @@ def test_txt_to_stdout_and_continue_after_bad_file(base_model_dir, shared_data, 
     out, err = capsys.readouterr()
     assert rc == 1  # one file failed, the other was transcribed
     assert "ask not what your country" in out and "missing.flac" in err
+    # several files: each text under its file's name, so a failed one leaves no doubt whose text is whose
+    assert out.startswith(f"==> {good} <==\n") and "missing.flac" not in out
 
 
 def test_models_list_and_path(base_model_dir, capsys):

@@ -177,6 +177,26 @@ def test_real_flac_bytes_are_refused(sample):
         pipe_chunks(io.BytesIO(buf.getvalue()))
 
 
+def test_bare_mp3_and_aac_frames_are_refused_and_pcm_that_starts_like_one_is_not(sample):
+    """MP3 without an ID3 tag (libsndfile writes none; a radio stream has none) starts with a frame
+    sync and was transcribed as noise: two frames at the right distance are refused, a lone
+    frame-like start of raw PCM passes through whole."""
+    buf = io.BytesIO()
+    sf.write(buf, sample, RATE, format="MP3")
+    mp3 = buf.getvalue()
+    assert mp3[:1] == b"\xff" and not mp3.startswith(b"ID3")
+    adts_header = bytes([0xFF, 0xF1, 0x50, 0x80, 0x02, 0x1F, 0xFC])  # an AAC-LC frame of 16 bytes
+    adts = (adts_header + bytes(9)) * 3
+    for data, name in ((mp3, "MP3 audio"), (adts, "AAC audio")):
+        for reader in _readers(data):
+            with pytest.raises(AudioError, match=f"stdin holds {name}"):
+                pipe_chunks(reader)
+    lone = mp3[:4] + np.random.default_rng(3).integers(0, 256, 6000, dtype=np.uint8).tobytes()
+    for raw in (lone, mp3[:200]):  # a frame header then no next one; a stream that ends in its first frame
+        for reader in _readers(raw):
+            assert b"".join(pipe_chunks(reader, 0.1)) == raw
+
+
 @pytest.mark.parametrize("subtype,what", [("PCM_U8", "8-bit integer PCM"), ("ALAW", "A-law"),
                                           ("ULAW", "mu-law"), ("MS_ADPCM", "Microsoft ADPCM"),
                                           ("IMA_ADPCM", "IMA ADPCM")])

@@ -129,8 +129,11 @@ def test_language_is_recorded_and_maps_without_one_stay_version_1(tok, car_lines
     assert loaded.header.language is None and loaded.stats()["format_version"] == 1
     assert build_token_map(car_lines[:50], tok, language="de").header.language == "de"
     assert build_token_map(car_lines[:50], tok, language="none").header.language is None
+    # a code in capitals or an English name (openai-whisper's command line takes names) is recorded as its code
+    assert build_token_map(car_lines[:50], tok, language="German").header.language == "de"
+    assert build_token_map(car_lines[:50], tok, language="EN").header.language == "en"
     with pytest.raises(TokenMapError, match="unknown language"):
-        build_token_map(car_lines, tok, language="english")
+        build_token_map(car_lines, tok, language="englisch")
     with pytest.raises(TokenMapError, match="English only"):
         build_token_map(car_lines[:50], WhisperTokenizer.from_model_dir(tiny_model_dir), language="de")
 
@@ -289,7 +292,10 @@ def test_cli_build_info_inspect(base_model_dir, shared_data, tmp_path, capsys):
 def test_cli_build_records_the_language(base_model_dir, shared_data, tmp_path, capsys):
     src, out = str(shared_data / "domain/car/train.txt"), tmp_path / "none.tmap"
     assert main(["tokenmap", "build", src, "--model", str(base_model_dir), "-o", str(out), "--language", "none"]) == 0
-    assert "no language" in capsys.readouterr().err
+    assert "no language (--language)" in capsys.readouterr().err
+    default = tmp_path / "default.tmap"
+    assert main(["tokenmap", "build", src, "--model", str(base_model_dir), "-o", str(default)]) == 0
+    assert "language en (the default; --language sets it)" in capsys.readouterr().err
     assert main(["tokenmap", "info", str(out), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["language"] is None and info["format_version"] == 1

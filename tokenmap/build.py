@@ -121,13 +121,17 @@ def tokenize_transcripts(texts: Iterable[str], tokenizer, total: int | None = No
 def check_language(language: str | None, tokenizer=None) -> str | None:
     """A map's language as recorded: a Whisper language code, or None for "none" or None.
     With ``tokenizer``, the code must be one its model transcribes (English-only models: en)."""
-    from specwhisper.tokenizer import LANGUAGE_CODES
+    from specwhisper.errors import OptionError
+    from specwhisper.tokenizer import language_code
 
-    if language is None or language == "none":
+    if language is None or (isinstance(language, str) and language.strip().lower() == "none"):
         return None
-    if not isinstance(language, str) or language not in LANGUAGE_CODES:
+    try:
+        language = language_code(language)  # "EN" and "English" as "en"
+    except OptionError:
         raise TokenMapError(f"unknown language {language!r} for the transcripts", where="--language",
-                            hint="use a Whisper language code such as en, de, es (or none to record no language)")
+                            hint="use a Whisper language code such as en, de, es, or its English name (or none "
+                                 "to record no language)") from None
     if tokenizer is not None and not getattr(tokenizer, "multilingual", True) and language != "en":
         raise TokenMapError(f"language {language!r}: this model transcribes English only", where="--language",
                             hint="use --language en, or build the map for a multilingual model")

@@ -52,9 +52,9 @@ def add_tokenmap_parser(subparsers) -> None:
                    help="continuations kept per context, 0 for all (default %(default)s)")
     b.add_argument("--budget", default=f"{DEFAULT_BUDGET // (1 << 20)}M",
                    help="largest file size, e.g. 500k, 64M, 1G (default %(default)s); rarest entries go first")
-    b.add_argument("--language", default=DEFAULT_LANGUAGE,
+    b.add_argument("--language", default=None,
                    help="language of the transcripts, recorded in the map: transcribing with the map decodes in it "
-                        "unless --language is given there (default %(default)s; 'none' records none: the language "
+                        f"unless --language is given there (default {DEFAULT_LANGUAGE}; 'none' records none: the language "
                         "is then detected)")
     b.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
 
@@ -104,7 +104,8 @@ def _build(args) -> int:
 
     t0 = time.perf_counter()
     budget = parse_size(args.budget)
-    check_language(args.language)  # a typo fails before the transcripts are read
+    language = DEFAULT_LANGUAGE if args.language is None else args.language
+    check_language(language)  # a typo fails before the transcripts are read
     texts = read_transcripts(args.transcripts)
     tokenizer = _tokenizer(args.model)
     progress = None
@@ -112,13 +113,14 @@ def _build(args) -> int:
         progress = _progress_bar("tokenising")
     tmap = build_token_map(texts, tokenizer, n=args.n, max_len=args.max_len, min_count=args.min_count,
                            top_k=args.top_k or None, budget_bytes=budget, prefix_min_count=args.prefix_min_count,
-                           progress=progress, language=args.language)
+                           progress=progress, language=language)
     path = tmap.save(args.output, option="--output")
     if not args.quiet:
         st = tmap.stats()
         language = f"language {st['language']}" if st["language"] else "no language"
+        given = "the default; --language sets it" if args.language is None else "--language"
         print(f"{path}: {st['transcripts']} transcripts, {st['tokens']} tokens -> {st['nodes']} nodes, "
-              f"{st['bytes'] / 1e6:.2f} MB, {language} (--language) in {time.perf_counter() - t0:.1f} s",
+              f"{st['bytes'] / 1e6:.2f} MB, {language} ({given}) in {time.perf_counter() - t0:.1f} s",
               file=sys.stderr)
     return 0
 

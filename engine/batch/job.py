@@ -12,6 +12,7 @@ from typing import TextIO
 
 from ..errors import SpecWhisperError
 from .decisions import JobDecisions
+from .folder_lock import held_by_this_job
 from .inputs import BatchItem, expand_inputs
 from .ledger import LEDGER_DIR, input_stamp, is_done, settings_key
 from .local_runner import CRASHED
@@ -44,6 +45,13 @@ def run_batch(inputs: list[str], output_dir: str, settings: argparse.Namespace, 
     cues = _check(formats, workers, retries, settings, ray)
     items = expand_inputs(list(inputs))  # before the output folder is made: a bad manifest leaves none
     output_dir = _usable_output_dir(output_dir)
+    with held_by_this_job(Path(output_dir) / LEDGER_DIR):
+        return _run(items, output_dir, settings, cues, formats, ray, workers, retries, stream, on_outcome)
+
+
+def _run(items: list[BatchItem], output_dir: str, settings: argparse.Namespace, cues, formats: tuple[str, ...],
+         ray: str | None, workers: int, retries: int, stream: TextIO | None, on_outcome) -> BatchReport:
+    """The job in a folder it holds: skip what is done, decode the rest, stitch the pieces."""
     durations = [item.duration_s for item in items]
     progress = BatchProgress(len(items), None if None in durations else sum(durations), stream)
     key = settings_key(vars(settings))
