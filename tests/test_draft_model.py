@@ -410,11 +410,22 @@ def test_draft_on_another_device(base_engine, tiny_model_dir):
             load_draft_model(tiny_model_dir, base_engine.tokenizer, device="cuda", main_device="cpu")
 
 
-def test_unusable_draft_turns_drafting_off_with_a_warning(base_engine, tmp_path):
+def test_unusable_draft_turns_drafting_off_with_a_warning_and_a_typo_is_an_error(base_engine, tmp_path):
+    """A draft model that is there but unusable costs speed only: a warning. A name or folder that
+    is no model (a typo) warned too, and every file then ran without drafts: now an error naming
+    the option."""
+    from specwhisper.errors import UnknownModelError
+
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "model.bin").write_bytes(b"\0" * 100)
     with pytest.warns(UserWarning, match="draft model not used"):
-        assert open_draft_drafter(tmp_path / "missing", base_engine.tokenizer) is None
+        assert open_draft_drafter(tmp_path / "broken", base_engine.tokenizer) is None
     with pytest.raises(SpecWhisperError):
-        open_draft_drafter(tmp_path / "missing", base_engine.tokenizer, on_error="raise")
+        open_draft_drafter(tmp_path / "broken", base_engine.tokenizer, on_error="raise")
+    for typo in (tmp_path / "missing", "tiny.enn"):
+        with pytest.raises(UnknownModelError, match="unknown draft model") as info:
+            open_draft_drafter(typo, base_engine.tokenizer)
+        assert info.value.where == "draft_model (--draft-model)" and "tiny.en" in info.value.hint
 
 
 def test_policy_prices_tiny_en_for_base_with_measured_costs(base_engine, drafter):

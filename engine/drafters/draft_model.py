@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backend import MAX_POSITIONS
-from ..errors import SpecWhisperError
+from ..errors import SpecWhisperError, UnknownModelError, option_where
 from ..policy import SPECULATE_MARGIN, VerifyCost
 from ..tokenizer import WhisperTokenizer
 from .base import WindowContext
@@ -215,10 +215,15 @@ def open_draft_drafter(draft: str | Path, main_tokenizer: WhisperTokenizer, *, o
                        **kwargs) -> DraftModelDrafter | None:
     """``DraftModelDrafter`` or, when the draft model is unusable and ``on_error="warn"``, a warning and None.
 
-    Drafting never changes text, so transcribing without the draft model is always safe.
+    Drafting never changes text, so transcribing without an unusable draft model is always safe;
+    a name or folder that is no model at all is a mistake to say at once (``UnknownModelError``
+    naming ``draft_model``), not a warning lost in a log while every file runs slower.
     """
     try:
         return DraftModelDrafter(draft, main_tokenizer, **kwargs)
+    except UnknownModelError as exc:
+        raise UnknownModelError(f"unknown draft model {str(draft)!r}", where=option_where("draft_model"),
+                                hint=exc.hint) from None
     except SpecWhisperError as exc:
         if on_error != "warn":
             raise
