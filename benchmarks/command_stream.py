@@ -119,12 +119,20 @@ class Bench:
         good), then forget what they taught the filler and the policy."""
         clip = next(c for c in load_set(WARMUP[0], self.root) if c.id == WARMUP[1])
         saved = snapshot(engine)
-        for numerics in ("single-row", "batch-invariant"):
-            engine.transcribe(self.load(clip), language="en", numerics=numerics, speculation=False,
-                              audio_ctx=self.audio_ctx)
-        if speculate:
-            engine.transcribe(self.load(clip), language="en", numerics="batch-invariant", speculation=True,
-                              audio_ctx=self.audio_ctx)
+        drafter = engine.tokenmap_drafter
+        learned = getattr(drafter, "dynamic", None)
+        if learned is not None:  # a learning map learns from calls without speculation too: not from these
+            drafter.dynamic = None
+        try:
+            for numerics in ("single-row", "batch-invariant"):
+                engine.transcribe(self.load(clip), language="en", numerics=numerics, speculation=False,
+                                  audio_ctx=self.audio_ctx)
+            if speculate:
+                engine.transcribe(self.load(clip), language="en", numerics="batch-invariant", speculation=True,
+                                  audio_ctx=self.audio_ctx)
+        finally:
+            if learned is not None:
+                drafter.dynamic = learned
         restore(engine, saved)
 
 

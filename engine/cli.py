@@ -266,6 +266,8 @@ def _transcribe(args) -> int:
               if not (args.skip_existing and _skipped(output_path(path, out_dir, args.output_format)))]
     if not inputs:
         return 0
+    if out_dir is not None:
+        _check_output_dir(out_dir)  # before the model loads and the first file decodes
     engine, transcribe_file = open_transcriber(args)
     failures = 0
     # several texts on stdout: each under its file's name (as `head` labels files), so that a file
@@ -280,8 +282,14 @@ def _transcribe(args) -> int:
             print(f"error: {exc.message()}", file=sys.stderr)
             continue
         if out_dir is not None:
-            written = write_result(result, path, out_dir, args.output_format, {"beam_size": args.beam_size}, cues)
-            print(f"{path} -> {written}", file=sys.stderr)
+            try:
+                written = write_result(result, path, out_dir, args.output_format, {"beam_size": args.beam_size},
+                                       cues)
+            except SpecWhisperError as exc:  # this file's output is lost (a full disk): said, the next files tried
+                failures += 1
+                print(f"error: {exc.message()}", file=sys.stderr)
+            else:
+                print(f"{path} -> {written}", file=sys.stderr)
         if args.output_format == "txt":
             print(f"==> {path} <==\n{result.text}" if label else result.text, flush=True)
         if args.stats:
@@ -290,6 +298,17 @@ def _transcribe(args) -> int:
         saved = engine.save_learned(args.learn_save)
         print(f"learned token map -> {saved}", file=sys.stderr)
     return 1 if failures else 0
+
+
+def _check_output_dir(out_dir: str) -> None:
+    """The output folder made and written to once: a file in its way or a read-only disk is one
+    clear error before any decoding, not after the first file's (minutes on a long talk)."""
+    from .io_utils import probe_folder, write_failure
+
+    try:
+        probe_folder(out_dir)
+    except OSError as exc:
+        raise write_failure(exc, out_dir, "to the output folder", option="output-dir") from None
 
 
 def _one_output_each(paths: list[str]) -> list[str]:

@@ -7,10 +7,12 @@ the ``OSError`` (callers that may carry on without the file, such as caches, cat
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import OutputError, SpecWhisperError
@@ -96,3 +98,36 @@ def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock_file: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_file`` (made if absent, never removed: removing a lock
+    file races with the next taker) among processes, for a read-change-write of a file that
+    atomic writes replace (a lock on that file itself would not exclude the next writer, who
+    opens the new one). Where the lock file cannot be made (read-only), no lock: the write that
+    follows fails on its own."""
+    import fcntl
+
+    lock_file = Path(lock_file)
+    try:
+        lock_file.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(lock_file, "a")  # noqa: SIM115 - held for the with block
+    except OSError:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def file_stamp(path: str | os.PathLike[str]) -> tuple[int, int, int] | None:
+    """What changes when a file is written again (an atomic write makes a new inode): None if absent."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns

@@ -285,7 +285,8 @@ def check_listener_options(silence_s: float = 0.6, max_utterance_s: float = 15.0
     """Raise ``OptionError`` for an endpointing option out of range (the CLI asks before loading a model)."""
     if complete_s is not None:
         _check_range("complete_s", complete_s, 0.03, silence_s,
-                     f"a silence shorter than silence_s ({silence_s}), e.g. 0.1, or None (off)")
+                     f"a silence shorter than silence_s ({silence_s}), e.g. 0.1, or None (off)",
+                     cli=("--complete-ms", 1000))
     _check_range("complete_p", complete_p, 0.0, 1.0, f"e.g. {COMPLETE_P}")
     _check_range("silence_s", silence_s, 0.1, 5.0, "e.g. 0.6 (seconds of silence that end a command)")
     _check_range("max_utterance_s", max_utterance_s, 1.0, MAX_UTTERANCE_S, "e.g. 15")
@@ -296,7 +297,11 @@ def check_listener_options(silence_s: float = 0.6, max_utterance_s: float = 15.0
         _check_range("energy_threshold_db", energy_threshold_db, -100.0, 0.0, "e.g. -40 (dBFS), or None")
 
 
-def _check_range(name: str, value, low: float, high: float, example: str) -> None:
+def _check_range(name: str, value, low: float, high: float, example: str,
+                 cli: tuple[str, float] | None = None) -> None:
+    """``cli``: the command line's flag for the option and its scale (``--complete-ms``: 1000 a
+    second), named beside the keyword so that either user reads their own option."""
     if isinstance(value, bool) or not isinstance(value, Real) or not low <= value <= high:
-        raise OptionError(f"{name} must be a number in [{low}, {high}], got {value!r}", where=name,
+        where = f"{name} ({cli[0]}: {low * cli[1]:g} to {high * cli[1]:g})" if cli else name
+        raise OptionError(f"{name} must be a number in [{low}, {high}], got {value!r}", where=where,
                           hint=f"use {example}")

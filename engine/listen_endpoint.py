@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .audio import SAMPLE_RATE
-from .errors import SpecWhisperError
+from .errors import OptionError, SpecWhisperError
 from .transcriber import SILENCE_PEAK
 from .vad import FRAME
 
@@ -98,7 +98,7 @@ def make_detector(endpointing: str, vad_threshold: float, energy_threshold_db: f
     """The detector ``endpointing`` names; ``auto``: Silero VAD where the ``[vad]`` extra is
     installed, else energy."""
     if endpointing not in ENDPOINTINGS:
-        raise SpecWhisperError(f"unknown endpointing {endpointing!r}", where="endpointing",
+        raise OptionError(f"unknown endpointing {endpointing!r}", where="endpointing",
                                hint="use auto (VAD where installed, else energy), vad or energy")
     if endpointing == "energy":
         return EnergyDetector(energy_threshold_db)

@@ -3,7 +3,6 @@ choice), and the kernel settings its keys name: measured once, read at every lat
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
@@ -12,6 +11,8 @@ import threading
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
+
+from .io_utils import exclusive_lock
 
 # Environment settings that can change which CPU/GPU kernels CTranslate2 runs (``*_VERBOSE`` only log).
 _KERNEL_ENV_PREFIXES = ("CT2_", "MKL_", "ONEDNN_", "DNNL_")
@@ -44,6 +45,20 @@ def _selftest_cache_path() -> Path | None:
     return cache_dir() / "selftest.json"
 
 
+def _cache_paths() -> list[Path]:
+    """Where measurements are read and written: the model cache's file, then, where
+    SPECWHISPER_CACHE points elsewhere, the user's own cache folder. A model cache made in
+    advance and mounted read-only (an edge device's image) cannot keep what a device measures:
+    measured again at every start (about a minute), so the user's cache keeps it instead."""
+    primary = _selftest_cache_path()
+    if primary is None:
+        return []
+    from platformdirs import user_cache_dir
+
+    fallback = Path(user_cache_dir("specwhisper")) / "selftest.json"
+    return [primary] if fallback == primary else [primary, fallback]
+
+
 MEASURING_NOTE = ("measuring this machine for this model and its settings (self-test, call costs, encoder and "
                   "thread choice): about 20-40 s, once; later runs read the results")
 MEASURING_UNCACHED = ("measuring this machine for this model and its settings (self-test, call costs, encoder and "
@@ -62,39 +77,31 @@ def measuring() -> None:
 
 def cache_get(key: str):
     """A value of the self-test cache (None when absent or the cache is off)."""
-    cache = _selftest_cache_path()
-    return _read_cache(cache).get(key) if cache is not None else None
+    for cache in _cache_paths():
+        value = _read_cache(cache).get(key)
+        if value is not None:
+            return value
+    return None
 
 
 def cache_put(key: str, value) -> None:
     """Add one value. Read, changed and written under a lock on a file beside it: processes that
     measure at once (a batch job's pool) would otherwise each write back what they read, and the
     last one's write would drop what the others had measured, to be measured again next time."""
-    cache = _selftest_cache_path()
-    if cache is None:
-        return
-    with _cache_lock(cache):
-        data = _read_cache(cache)
-        data[key] = value
-        _write_cache(cache, data)
-
-
-@contextlib.contextmanager
-def _cache_lock(cache: Path):
-    import fcntl
-
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(cache.with_suffix(".lock"), "a")  # noqa: SIM115 - held for the with block
-    except OSError:  # a read-only cache: the write that follows warns
-        yield
-        return
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    failed: list[str] = []
+    for cache in _cache_paths():
         try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            with exclusive_lock(cache.with_suffix(".lock")):
+                data = _read_cache(cache)
+                data[key] = value
+                _write_cache(cache, data)
+            return
+        except OSError as exc:  # read-only: the next place, and a warning where none can keep it
+            failed.append(f"{cache} ({exc.strerror or exc})")
+    if failed:  # a cache that cannot be written must not stop transcription
+        warnings.warn(f"cannot write the self-test cache: {'; '.join(failed)}: this machine is measured again "
+                      "at the next start (point SPECWHISPER_CACHE or XDG_CACHE_HOME at a writable folder)",
+                      stacklevel=2)
 
 
 def _read_cache(path: Path) -> dict:
@@ -107,7 +114,4 @@ def _read_cache(path: Path) -> dict:
 def _write_cache(path: Path, data: dict) -> None:
     from .io_utils import atomic_write_text
 
-    try:
-        atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
-    except OSError as exc:  # a read-only cache must not stop transcription
-        warnings.warn(f"cannot write self-test cache {path}: {exc}", stacklevel=2)
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))

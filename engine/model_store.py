@@ -8,17 +8,19 @@ temporary directory, verifies, then renames, so an interrupted pull leaves no ha
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ModelError, NetworkError, UnknownModelError, option_where
-from .io_utils import sha256_file
+from .io_utils import sha256_file, write_failure
 
 DEFAULT_MODEL = "base"
 REQUIRED_FILES = ("model.bin", "config.json", "tokenizer.json")
@@ -331,6 +333,23 @@ def pull(name: str, *, quiet: bool = False, repair: bool = False) -> Path:
             except ModelError:  # the weights hold and their int8 copy does not: made again at next use
                 shutil.rmtree(models_dir() / f"{name}-int8", ignore_errors=True)
             return dest
+    with _writing_the_cache(dest.parent):
+        return _pull_into(name, spec, dest, quiet)
+
+
+@contextlib.contextmanager
+def _writing_the_cache(folder: Path) -> Iterator[None]:
+    """A write into the model cache that fails (read-only, a file in the way, a full disk) as one
+    clear ModelError naming the folder, not an OSError's traceback."""
+    try:
+        yield
+    except OSError as exc:
+        err = write_failure(exc, folder, "into the model cache", error=ModelError)
+        raise ModelError(err.what, where=err.where,
+                         hint=f"{err.hint}; SPECWHISPER_CACHE sets the cache's folder") from None
+
+
+def _pull_into(name: str, spec, dest: Path, quiet: bool) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_staging(name)
     with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=dest.parent) as tmp:
@@ -428,6 +447,15 @@ def int8_copy(name: str) -> Path:
         return dest
     from specwhisper.converters import quantize_ct2_model
 
+    from .errors import warn_caller
+    from .io_utils import probe_folder
+
+    try:
+        probe_folder(models_dir())
+    except OSError as exc:  # a cache mounted read-only (an image built in advance): CT2 quantises at load
+        warn_caller(f"cannot write the int8 copy of {name!r} into the model cache ({exc.strerror or exc}): "
+                    "loading its float16 weights, quantised as they load (the same int8 weights, slower to load)")
+        return model_path(name)
     return quantize_ct2_model(model_path(name), dest, "int8", overwrite=True)
 
 

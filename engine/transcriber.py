@@ -802,8 +802,11 @@ class WhisperEngine:
 
 
 def _drafter_chain(drafters: list[Drafter], opts: TranscribeOptions) -> DrafterChain:
-    """The drafters a call asks (none with speculation off or ``draft_len=0``)."""
-    return DrafterChain(drafters) if opts.speculation and opts.draft_len != 0 else DrafterChain([])
+    """The drafters a call asks (none with speculation off or ``draft_len=0``: a learning token
+    map then still learns each window's text, as ``--learn`` promises, without drafting)."""
+    if opts.speculation and opts.draft_len != 0:
+        return DrafterChain(drafters)
+    return DrafterChain([], learners=[d for d in drafters if getattr(d, "dynamic", None) is not None])
 
 
 def _check_shared_model(loaded: LoadedModel, *, encoder: str, batch_decoder: str,

@@ -86,6 +86,28 @@ def test_two_inputs_with_one_output_name_are_refused_before_any_work(tmp_path, c
     assert not out.exists()
 
 
+def test_an_unusable_output_folder_is_refused_first_and_a_failed_write_loses_only_its_file(tmp_path, shared_data,
+                                                                                            tiny_model_dir, capsys):
+    """An --output-dir under a file was found after the model loaded and the first file decoded;
+    a write that failed (a folder in the way, a full disk) ended the run, every later file
+    untried. The folder is now checked first; a failed write fails its file, the rest go on."""
+    (tmp_path / "a-file").write_text("in the way")
+    rc = main(["transcribe", str(tmp_path / "a.flac"), "--output-format", "srt", "--output-dir",
+               str(tmp_path / "a-file" / "sub"), "--model", str(tmp_path / "no-such-model")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "cannot write to the output folder" in err and "no-such-model" not in err
+    jfk = shared_data / "real/audio/jfk.flac"
+    for name in ("first", "second"):
+        shutil.copy(jfk, tmp_path / f"{name}.flac")
+    out = tmp_path / "out"
+    (out / "first.srt").mkdir(parents=True)  # the first file's output cannot be written
+    rc = main(["transcribe", str(tmp_path / "first.flac"), str(tmp_path / "second.flac"), "--output-format", "srt",
+               "--output-dir", str(out), "--model", str(tiny_model_dir), "--language", "en", "--encoder", "ct2"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "cannot write the srt output" in err and "first.srt" in err
+    assert "country" in (out / "second.srt").read_text()
+
+
 def test_bad_thread_counts_and_unwritable_learn_save_are_refused_before_any_work(tmp_path, capsys):
     for command in (["doctor", "--model", "tiny.en"], ["transcribe", str(tmp_path / "a.flac")]):
         with pytest.raises(SystemExit) as exit_info:

@@ -248,6 +248,8 @@ def test_bad_chunks_options_and_feeding_after_finish(base_engine):
         with pytest.raises(SpecWhisperError) as info:
             base_engine.listen(**kwargs)
         assert info.value.where == where
+    with pytest.raises(OptionError):  # a ValueError, as the README promises for a bad option value
+        base_engine.listen(endpointing="loud")
     with pytest.raises(OptionError):
         base_engine.listen(vad_threshold=2)
     with pytest.raises(AudioError, match="16 kHz"):
@@ -275,9 +277,15 @@ def test_cli_listen_json_and_txt(map_engine, domain_map, stream, tmp_path, capsy
     assert main(["listen", str(wav), "--complete-ms", "100"]) == 2
     assert "--complete-ms needs a token map" in capsys.readouterr().err
     assert main(["listen", *common, "--complete-ms", "900"]) == 2
-    assert "complete_s must be" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "complete_s must be" in err and "--complete-ms: 30 to 600" in err  # the flag the user typed
     assert main(["listen", *common, "--energy", "--complete-ms", "100", "--output-format", "json"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 3
+    # listen decodes on a short encoder window by default (lossy, faster); --audio-ctx full as transcribe
+    assert main(["listen", *common, "--energy", "--audio-ctx", "full", "--output-format", "json"]) == 0
+    assert {json.loads(line)["audio_ctx"] for line in capsys.readouterr().out.splitlines()} == {3000}
+    assert {line["audio_ctx"] for line in lines} != {3000}
+    assert main(["listen", str(wav), "--audio-ctx", "wide"]) == 2 and "audio_ctx" in capsys.readouterr().err
     assert main(["listen", str(tmp_path / "missing.wav")]) == 2
     assert "not found" in capsys.readouterr().err
 

@@ -56,3 +56,26 @@ def test_hub_id_without_network(monkeypatch, tmp_path):
 def test_unknown_name():
     with pytest.raises(ModelError, match="unknown model"):
         model_store.resolve_model("large-v9")
+
+
+def test_a_cache_that_cannot_be_written_is_a_clear_error_and_keeps_measurements_elsewhere(tmp_path, monkeypatch,
+                                                                                           tiny_model_dir, capsys):
+    """A model cache under a file, read-only or on a full disk failed a pull with an OSError's
+    traceback; its machine measurements could not be kept, so a device whose model cache was
+    made in advance and mounted read-only measured itself (about a minute) at every start. The
+    pull is now one ModelError naming the cache; measurements go to the user's cache instead."""
+    from specwhisper.cli import main
+    from specwhisper.measure_cache import cache_get, cache_put
+
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path / "a-file" / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("SPECWHISPER_NO_SELFTEST_CACHE", raising=False)
+    with pytest.raises(ModelError, match="cannot write into the model cache") as info:
+        model_store.pull("tiny.en", quiet=True)
+    assert "a-file" in info.value.where and "SPECWHISPER_CACHE" in info.value.hint
+    assert main(["models", "pull", "tiny.en"]) != 0
+    assert "cannot write into the model cache" in capsys.readouterr().err
+    cache_put("probe|key", 17)
+    assert cache_get("probe|key") == 17  # read back at the next load
+    assert '"probe|key": 17' in (tmp_path / "xdg" / "specwhisper" / "selftest.json").read_text()

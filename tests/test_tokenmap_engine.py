@@ -165,6 +165,38 @@ def test_cli_learn_save_writes_a_loadable_map(base_model_dir, shared_data, tmp_p
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
+def test_learning_without_speculation_still_learns(tiny_model_dir, shared_data, tmp_path):
+    """``--learn --no-speculation`` (or ``--draft-len 0``) learned nothing, yet ``--learn-save``
+    wrote an empty map and said it had saved it: a learning map learns from every call."""
+    engine = WhisperEngine(tiny_model_dir, threads=2, learn=True)
+    first, second = (c["path"] for c in clips(shared_data, "car")[:2])
+    engine.transcribe(first, language="en", speculation=False)
+    engine.transcribe(second, language="en", numerics="batch-invariant", draft_len=0)
+    assert load_token_map(engine.save_learned(tmp_path / "l.tmap")).stats()["transcripts"] == 2
+
+
+def test_two_engines_saving_their_learning_into_one_map_keep_both(base_engine, car_map, shared_data, tmp_path):
+    """Two processes that loaded one map and save what they learned into it (``--tokenmap m.tmap
+    --learn --learn-save m.tmap``): the second save replaced the first's, its learning lost
+    without a word. A save into the map's own file that finds it written since it was loaded
+    merges into what is there now, under a lock."""
+    import shutil
+
+    shared = tmp_path / "home.tmap"
+    shutil.copy(car_map, shared)
+    static = load_token_map(shared).stats()["transcripts"]
+    one, two = (WhisperEngine(loaded=base_engine.lm, tokenmap=shared, learn=True, prompt_lookup=False)
+                for _ in range(2))
+    first, second = (c["path"] for c in clips(shared_data, "smarthome")[:2])
+    one.transcribe(first, language="en", numerics="batch-invariant")
+    two.transcribe(second, language="en", numerics="batch-invariant")
+    one.save_learned(shared)
+    two.save_learned(shared)
+    assert load_token_map(shared).stats()["transcripts"] == static + 2
+    one.save_learned(shared.with_name("elsewhere.tmap"))  # another file: the map as loaded and its own learning
+    assert load_token_map(shared.with_name("elsewhere.tmap")).stats()["transcripts"] == static + 1
+
+
 def test_map_for_another_tokenizer_is_refused(tiny_model_dir, car_map, capsys):
     rc = main(["transcribe", "x.flac", "--model", str(tiny_model_dir), "--tokenmap", str(car_map)])
     err = capsys.readouterr().err

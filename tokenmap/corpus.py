@@ -3,18 +3,27 @@
 Everything a user can get wrong here (an empty file, binary junk, another encoding, a whole book on
 one line, a manifest line without text) stops the build with the file and line, before anything is
 written.
+
+Which kind a file is: its extension first (``.jsonl`` / ``.ndjson`` / ``.json`` are manifests,
+``.txt`` / ``.text`` is text), since a grammar's line such as ``{room} lights on`` starts with a brace
+and is still text. A file with neither is sniffed: a manifest only where its first line parses as
+a JSON object. Lines that still hold a grammar's slots (``Set {device} to {level}``) are built as
+literal text, which no speech matches: a warning says so, once per file.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
-from specwhisper.errors import TokenMapError
+from specwhisper.errors import TokenMapError, warn_caller
 
 MAX_LINE_CHARS = 100_000  # ~1.5 h of speech; longer lines are not one utterance
 JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+TEXT_SUFFIXES = (".txt", ".text")
+SLOT = re.compile(r"\{[^\W\d]\w*\}")  # a grammar's slot: {room}, {device_name}; not any brace
 
 
 def read_transcripts(paths: list[str | os.PathLike[str]]) -> list[str]:
@@ -58,18 +67,59 @@ def read_file(path: str | os.PathLike[str]) -> list[str]:
             raise TokenMapError(f"line {number} is {len(line)} characters long (at most {MAX_LINE_CHARS}): "
                                 "not one transcript", where=where,
                                 hint="put one utterance per line; split long transcripts into sentences")
-    first = next((ln.lstrip() for ln in lines if ln.strip()), "")
-    if Path(path).suffix.lower() in JSONL_SUFFIXES or first.startswith("{"):
-        texts = _jsonl_texts(lines, where)
+    if _is_manifest(Path(path), lines, where):
+        numbered = _jsonl_texts(lines, where)
     else:
-        texts = [ln.strip() for ln in lines if ln.strip()]
-    if not texts:
+        numbered = [(number, ln.strip()) for number, ln in enumerate(lines, 1) if ln.strip()]
+    if not numbered:
         raise TokenMapError("no transcripts in file (every text is empty)", where=where)
-    return texts
+    _warn_of_slots(numbered, where)
+    return [text for _number, text in numbered]
 
 
-def _jsonl_texts(lines: list[str], where: str) -> list[str]:
-    texts: list[str] = []
+def _is_manifest(path: Path, lines: list[str], where: str) -> bool:
+    """JSONL by extension; text by extension (warning where a .txt holds a manifest, which is then
+    read as literal JSON); else JSONL only where the first line is a JSON object (sniffing by a
+    leading brace took grammar lines such as ``{room} lights on`` for broken JSON)."""
+    suffix = path.suffix.lower()
+    if suffix in JSONL_SUFFIXES:
+        return True
+    number, first = next(((n, ln) for n, ln in enumerate(lines, 1) if ln.strip()), (0, ""))
+    looks_like_one = _is_json_object(first)
+    if suffix in TEXT_SUFFIXES:
+        if looks_like_one:
+            warn_caller(f"{where}: line {number} is a JSON object, but a {suffix} file is read as plain text (one "
+                        "transcript a line), so the map holds the JSON as text; name a JSONL manifest .jsonl")
+        return False
+    return looks_like_one
+
+
+def _is_json_object(line: str) -> bool:
+    """Whether ``line`` parses as a JSON object (not merely starts with a brace)."""
+    if not line.lstrip().startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+def _warn_of_slots(numbered: list[tuple[int, str]], where: str) -> None:
+    """One warning per file for transcripts with a grammar's unexpanded slots: the map would hold
+    ``{device}`` as literal text, which speech never matches, so drafting gains nothing from them."""
+    found = [(number, text) for number, text in numbered if SLOT.search(text)]
+    if not found:
+        return
+    number, text = found[0]
+    lines = "line has" if len(found) == 1 else "lines have"
+    warn_caller(f"{where}: {len(found)} {lines} unexpanded grammar slots (first: line {number}, {text!r}); "
+                "the map holds them as literal text, which speech never matches: expand the grammar's slots "
+                "into example values first")
+
+
+def _jsonl_texts(lines: list[str], where: str) -> list[tuple[int, str]]:
+    """(line number, text) of every manifest line with a non-empty text."""
+    texts: list[tuple[int, str]] = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -82,5 +132,5 @@ def _jsonl_texts(lines: list[str], where: str) -> list[str]:
             raise TokenMapError(f"line {number} has no 'text' string field", where=where,
                                 hint="a manifest has one JSON object per line with a 'text' field")
         if row["text"].strip():
-            texts.append(row["text"].strip())
+            texts.append((number, row["text"].strip()))
     return texts

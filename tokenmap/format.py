@@ -323,12 +323,27 @@ def check_vocabulary(map_fingerprint: str, map_vocab: int, fingerprint: str | No
                      where: str) -> None:
     """Refuse a map built for another tokenizer (``fingerprint``, ``vocab_size``: the model's)."""
     if fingerprint is not None and fingerprint != map_fingerprint:
-        raise TokenMapError(f"token map was built for another tokenizer (fingerprint {map_fingerprint}, this "
-                            f"model's is {fingerprint})", where=where,
-                            hint="use a map built with this model, or " + _REBUILD)
+        raise _foreign_tokenizer(map_fingerprint, fingerprint, where)
     if vocab_size is not None and vocab_size != map_vocab:
         raise TokenMapError(f"token map was built for a vocabulary of {map_vocab} tokens, this model has {vocab_size}",
                             where=where, hint=_REBUILD)
+
+
+def _foreign_tokenizer(map_fingerprint: str, fingerprint: str, where: str) -> TokenMapError:
+    """The refusal of a map of another tokenizer, naming the pulled models it fits where there are
+    any: "use --model tiny.en" is what to do, two hashes alone are not (looked up only here: ~0.3 s
+    a model)."""
+    from .owners import models_with_fingerprint, owner_phrase
+
+    hashes = f"fingerprint {map_fingerprint}, this model's is {fingerprint}"
+    names = models_with_fingerprint(map_fingerprint)
+    if not names:
+        return TokenMapError(f"token map was built for another tokenizer ({hashes})", where=where,
+                             hint="use a map built with this model, or " + _REBUILD)
+    models = " or ".join(f"--model {name}" for name in names)
+    return TokenMapError(f"token map was built for another tokenizer, {owner_phrase(names)} ({hashes})",
+                         where=where, hint=f"use {models} with this map, or a map built with this model, or "
+                                           + _REBUILD)
 
 
 def _language_in(head: bytes, version: int, where: str) -> str | None:

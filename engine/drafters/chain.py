@@ -8,12 +8,15 @@ from .base import Drafter, WindowContext
 
 
 class DrafterChain:
-    """Asks drafters in priority order; feedback goes to the one whose proposal was verified."""
+    """Asks drafters in priority order; feedback goes to the one whose proposal was verified.
+    ``learners``: drafters that only see each window begin and end, never asked to draft (a call
+    without speculation still teaches a learning token map what was said)."""
 
     name = "chain"
 
-    def __init__(self, drafters: Sequence[Drafter]) -> None:
+    def __init__(self, drafters: Sequence[Drafter], learners: Sequence[Drafter] = ()) -> None:
         self.drafters = list(drafters)
+        self.learners = [d for d in learners if d not in self.drafters]
         self._last: Drafter | None = None
 
     @property
@@ -30,7 +33,7 @@ class DrafterChain:
         return any(getattr(d, "knows_start", None) is not None and d.knows_start(tokens) for d in self.drafters)
 
     def begin(self, window: WindowContext) -> None:
-        for d in self.drafters:
+        for d in (*self.drafters, *self.learners):
             d.begin(window)
 
     def propose(self, tokens: Sequence[int], k: int) -> list[int]:
@@ -47,8 +50,8 @@ class DrafterChain:
             self._last.observe(n_accepted)
 
     def end(self, tokens: Sequence[int]) -> None:
-        for d in self.drafters:
+        for d in (*self.drafters, *self.learners):
             d.end(tokens)
 
-    def __bool__(self) -> bool:
+    def __bool__(self) -> bool:  # whether anything drafts: learners do not
         return bool(self.drafters)

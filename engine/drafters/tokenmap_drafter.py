@@ -31,7 +31,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import TokenMapError
+from ..errors import TokenMapError, warn_caller
+from ..io_utils import exclusive_lock, file_stamp
 from .base import WindowContext
 from .tokenmap_contexts import BlendedContexts
 
@@ -68,6 +69,9 @@ class TokenMapDrafter:
             raise TokenMapError("the token-map drafter needs a map, a tokenizer, or explicit eot/begin ids",
                                 where="TokenMapDrafter")
         self.static = static
+        # the static map's file as loaded: a save into it that finds it written since (another
+        # process saved its learning there) merges into what is there now (``save``)
+        self._static_file = _loaded_file(static)
         self.tokenizer = tokenizer
         self.eot, self.begin_id = int(eot), int(begin)
         self.learn = learn
@@ -187,5 +191,46 @@ class TokenMapDrafter:
             fingerprint, vocab = self.static.header.fingerprint, self.static.header.vocab_size
         else:
             raise TokenMapError("cannot save a learned map without a tokenizer to fingerprint it", where=str(path))
+        if self._static_file is None or self._static_file[0] != Path(path).resolve():  # nothing to merge with
+            base = self.static if self.save_merged else None
+            return self.dynamic.to_token_map(fingerprint, vocab, base=base).save(path)
+        with exclusive_lock(_save_lock(self._static_file[0])):  # processes saving into one map keep each one's learning
+            learned = self.dynamic.to_token_map(fingerprint, vocab, base=self._merge_base(Path(path)))
+            saved = learned.save(path)
+            self._static_file = (self._static_file[0], file_stamp(saved))  # this save is not another's
+            return saved
+
+    def _merge_base(self, target: Path):
+        """The map the learned utterances are merged into: the static map as loaded, or, where the
+        target is the static map's own file and another process wrote it since it was loaded, that
+        file as it is now (it holds the static map and the other's learning). Not handled: a run
+        that saves, then saves again after another's save, counts its first part twice (counts
+        grow; nothing is lost)."""
         base = self.static if self.save_merged else None
-        return self.dynamic.to_token_map(fingerprint, vocab, base=base).save(path)
+        if base is None or file_stamp(target) in (None, self._static_file[1]):
+            return base
+        from specwhisper.tokenmap import load_token_map
+
+        try:
+            return load_token_map(target, self.tokenizer)
+        except TokenMapError as exc:  # not a map for this model any more: ours replaces it, said
+            warn_caller(f"{target} changed since it was loaded and cannot be merged into ({exc.what}): "
+                        "writing the map as loaded with what this run learned")
+            return base
+
+
+def _save_lock(map_file: Path) -> Path:
+    """The lock of saves into ``map_file``: in the model cache, not beside the user's map."""
+    import hashlib
+
+    from ..model_store import cache_dir
+
+    return cache_dir() / "locks" / f"tokenmap-{hashlib.sha256(str(map_file).encode()).hexdigest()[:16]}.lock"
+
+
+def _loaded_file(static) -> tuple[Path, tuple[int, int, int] | None] | None:
+    """The file a static map was loaded from and its stamp now (None for a map made in memory)."""
+    source = getattr(static, "source", None)
+    if not source or source == "<memory>" or not Path(source).is_file():
+        return None
+    return Path(source).resolve(), file_stamp(source)
