@@ -115,6 +115,19 @@ def _quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+def _conversion_errors() -> tuple[type[Exception], ...]:
+    """What a checkpoint that cannot be converted raises inside transformers and CTranslate2.
+    safetensors' error derives from Exception only, so it is named here (a file damaged past
+    ``weights_check``'s header test must not end in a traceback either)."""
+    errors: tuple[type[Exception], ...] = (ValueError, RuntimeError, OSError, KeyError, AttributeError,
+                                           NotImplementedError)
+    try:
+        from safetensors import SafetensorError
+    except ImportError:
+        return errors
+    return (*errors, SafetensorError)
+
+
 def export_whisper(hf_dir: Path, out: Path, quantization: str, tokenizer_json: Path, *,
                    model: Any = None, checkpoint_name: str | None = None) -> dict:
     """Convert the Whisper checkpoint in ``hf_dir`` (or ``model``, whose config is in ``hf_dir``) into ``out``.
@@ -130,7 +143,7 @@ def export_whisper(hf_dir: Path, out: Path, quantization: str, tokenizer_json: P
     try:
         with _quiet_transformers():
             _converter_class()(str(hf_dir), adapter, model).convert(str(work), quantization=intermediate)
-    except (ValueError, RuntimeError, OSError, KeyError, AttributeError, NotImplementedError) as exc:
+    except _conversion_errors() as exc:
         raise ModelError(f"CTranslate2 could not convert the checkpoint: {exc}", where=str(hf_dir),
                          hint="check that this is a Whisper checkpoint (WhisperForConditionalGeneration)") from None
     if quantization.startswith("int8"):

@@ -14,6 +14,7 @@ from specwhisper.errors import ModelError, NetworkError
 from .ct2_export import export_whisper
 from .model_card import file_entries, write_model_card
 from .staging import staged_dir
+from .weights_check import check_weights_file
 
 # Files a conversion reads (weights are added by pattern); they are what the model card hashes.
 _READ_FILES = ("config.json", "generation_config.json", "preprocessor_config.json", "tokenizer.json",
@@ -89,6 +90,8 @@ def convert_hf(source: str | Path, out_dir: str | Path, quantization: str = "int
     if not weights:
         raise ModelError("Hugging Face folder has no weights (*.safetensors or pytorch_model.bin)",
                          where=str(folder), hint="download the full checkpoint")
+    for path in weights:
+        check_weights_file(path)  # before transformers reads it: its error names neither file nor cure
     tok_json = Path(tokenizer).expanduser() if tokenizer else folder / "tokenizer.json"
     if tok_json.is_dir():
         tok_json = tok_json / "tokenizer.json"
@@ -96,7 +99,7 @@ def convert_hf(source: str | Path, out_dir: str | Path, quantization: str = "int
     inputs = file_entries(read, root=folder)
     if tok_json.is_file() and tok_json.parent.absolute() != folder.absolute():
         inputs += file_entries([tok_json])
-    with staged_dir(out_dir, overwrite) as tmp:
+    with staged_dir(out_dir, overwrite, source=folder) as tmp:
         if not tok_json.is_file():
             tok_json = _tokenizer_json_from_transformers(folder, tmp / ".tokenizer.json")
         export_whisper(folder, tmp, quantization, tok_json)
@@ -110,14 +113,50 @@ def convert_hf(source: str | Path, out_dir: str | Path, quantization: str = "int
 
 
 def _tokenizer_json_from_transformers(folder: Path, dest: Path) -> Path:
-    """Older checkpoints ship vocab.json + merges.txt only: let transformers build the fast tokenizer."""
+    """Older checkpoints ship vocab.json + merges.txt only: let transformers build the fast tokenizer.
+
+    With no tokenizer files at all, transformers 5 does not fail: it builds a tokenizer of one
+    token. Written as is, the conversion then failed on a hidden staging file; it is refused here,
+    naming the folder and the fix."""
     try:
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(folder))
         backend = getattr(tok, "backend_tokenizer", None) or getattr(tok, "_tokenizer", None)
-        dest.write_text(backend.to_str(), encoding="utf-8")
+        text = backend.to_str()
     except Exception as exc:  # any failure here means "no usable tokenizer in this folder"
-        raise ModelError(f"the folder has no tokenizer.json and transformers could not build one: {exc}",
-                         where=str(folder), hint="pass --tokenizer path/to/tokenizer.json") from None
+        raise _no_tokenizer(folder, f"transformers could not build one: {exc}") from None
+    problem = _unusable_tokenizer(text, _config_vocab_size(folder))
+    if problem is not None:
+        raise _no_tokenizer(folder, f"the one transformers built {problem}")
+    dest.write_text(text, encoding="utf-8")
     return dest
+
+
+def _unusable_tokenizer(text: str, vocab_size: int) -> str | None:
+    """Why a built tokenizer cannot serve a Whisper model of ``vocab_size`` outputs, or None."""
+    from tokenizers import Tokenizer
+
+    try:
+        tok = Tokenizer.from_str(text)
+    except Exception as exc:  # tokenizers raises a bare Exception for JSON it cannot parse
+        return f"cannot be read: {exc}"
+    n = tok.get_vocab_size(with_added_tokens=True)
+    if tok.token_to_id("<|endoftext|>") is None or tok.token_to_id("<|startoftranscript|>") is None:
+        return f"has no Whisper control tokens ({n} token{'s' if n != 1 else ''})"
+    if n < vocab_size // 2:
+        return f"has {n} tokens for a model with {vocab_size} outputs"
+    return None
+
+
+def _config_vocab_size(folder: Path) -> int:
+    try:
+        return int(json.loads((folder / "config.json").read_text(encoding="utf-8")).get("vocab_size", 0))
+    except (OSError, ValueError, TypeError):
+        return 0  # is_hf_folder read it already; export_whisper reports a config that went bad since
+
+
+def _no_tokenizer(folder: Path, why: str) -> ModelError:
+    return ModelError(f"the folder has no tokenizer.json and {why}", where=str(folder),
+                      hint="pass --tokenizer path/to/tokenizer.json (or a model folder holding one) of a Whisper "
+                           "model with the same vocabulary, e.g. tiny.en for *.en checkpoints, base otherwise")

@@ -25,7 +25,8 @@ from specwhisper.errors import ModelError
 from .ct2_export import export_whisper, load_tokenizer_json
 from .hf import require_torch_stack
 from .model_card import file_entries, sha256_file, write_model_card
-from .staging import staged_dir, write_json
+from .staging import check_destination, staged_dir, write_json
+from .weights_check import check_weights_file
 from .whisper_config import OPENAI_CHECKPOINTS, suppress_ids, suppress_ids_begin
 
 DIMS = ("n_mels", "n_vocab", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer",
@@ -94,6 +95,7 @@ def load_checkpoint(path: Path) -> tuple[dict[str, int], dict[str, Any]]:
         raise ModelError("not a readable PyTorch checkpoint", where=str(path),
                          hint="re-download the .pt file; for a Hugging Face model pass its folder") from None
     except Exception as exc:  # torch raises RuntimeError, EOFError, zipfile errors... for broken files
+        check_weights_file(path)  # a file cut short says so, not "failed finding central directory"
         raise ModelError(f"not a readable PyTorch checkpoint ({type(exc).__name__}: {str(exc)[:200]})",
                          where=str(path),
                          hint="re-download the .pt file; for a Hugging Face model pass its folder") from None
@@ -187,6 +189,7 @@ def convert_openai(source: str | Path, out_dir: str | Path, quantization: str = 
     """Convert an OpenAI Whisper ``.pt`` checkpoint into a CT2 directory ``out_dir``."""
     require_torch_stack()
     pt = Path(source).expanduser()
+    check_destination(Path(out_dir).expanduser().absolute(), overwrite, pt)  # before the slow load, not after
     tok_path = find_tokenizer(pt, tokenizer)
     digest = sha256_file(pt)
     name = OPENAI_CHECKPOINTS.get(digest)
@@ -196,7 +199,7 @@ def convert_openai(source: str | Path, out_dir: str | Path, quantization: str = 
     checkpoint_heads = None
     if heads_buffer is not None and getattr(heads_buffer, "ndim", 0) == 2:
         checkpoint_heads = [[int(a), int(b)] for a, b in heads_buffer.to_dense().nonzero().tolist()]
-    with staged_dir(out_dir, overwrite) as tmp, tempfile.TemporaryDirectory(prefix="specwhisper-hfcfg-") as cfg_dir:
+    with staged_dir(out_dir, overwrite, source=pt) as tmp, tempfile.TemporaryDirectory(prefix="specwhisper-hfcfg-") as cfg_dir:
         config.save_pretrained(cfg_dir)  # only config.json: the weights stay in memory
         cfg = export_whisper(Path(cfg_dir), tmp, quantization, tok_path, model=model, checkpoint_name=name)
         if checkpoint_heads and not name:

@@ -212,12 +212,9 @@ def quantize_ct2_model(src_dir: str | Path, dst_dir: str | Path, quantization: s
         raise ModelError("not a CTranslate2 model directory (no model.bin)", where=str(src_dir),
                          hint="point at a folder with model.bin, config.json and tokenizer.json")
     _check_source(src_dir)
-    if Path(dst_dir).expanduser().absolute() == src_dir.absolute():
-        raise ModelError("source and destination are the same directory", where=str(src_dir),
-                         hint="write the quantized copy to another directory")
     inputs = [p for p in src_dir.iterdir()
               if p.is_file() and p.name != CARD_NAME and not p.name.startswith(".") and not is_generated(p.name)]
-    with staged_dir(dst_dir, overwrite) as tmp:
+    with staged_dir(dst_dir, overwrite, source=src_dir) as tmp:
         if progress:
             progress(f"re-encoding {src_dir / 'model.bin'} as {quantization}")
         counts = requantize_model_bin(src_dir / "model.bin", tmp / "model.bin", quantization)

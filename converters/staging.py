@@ -17,8 +17,11 @@ from pathlib import Path
 from specwhisper.errors import ModelError
 
 
-def check_destination(out_dir: Path, overwrite: bool) -> None:
-    """Refuse to replace a non-empty directory (or any file) unless asked to."""
+def check_destination(out_dir: Path, overwrite: bool, source: str | Path | None = None) -> None:
+    """Refuse to replace a non-empty directory (or any file) unless asked to; and, even when asked
+    to, a destination that is ``source`` or holds it (see ``check_not_source``)."""
+    if source is not None:
+        check_not_source(out_dir, source)
     if out_dir.is_file() or out_dir.is_symlink():
         raise ModelError("output path exists and is not a directory", where=str(out_dir),
                          hint="choose another output directory")
@@ -27,11 +30,26 @@ def check_destination(out_dir: Path, overwrite: bool) -> None:
                          hint="choose another directory, or pass --force (overwrite=True) to replace it")
 
 
+def check_not_source(out_dir: str | Path, source: str | Path) -> None:
+    """Refuse an output directory that is the source (a folder, or a checkpoint file) or one of the
+    folders holding it, symlinks resolved: the finished output replaces the whole destination
+    folder, so with --force that would delete the checkpoint being converted."""
+    src = Path(source).expanduser().resolve()
+    dst = Path(out_dir).expanduser().resolve()
+    if dst == src or dst in src.parents:
+        what = "is the source" if dst == src else "contains the source"
+        raise ModelError(f"the output directory {what}; writing it would replace (delete) the source",
+                         where=f"{dst} (source: {src})",
+                         hint="write the converted model to another directory, e.g. a sibling folder")
+
+
 @contextmanager
-def staged_dir(out_dir: str | Path, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary directory next to ``out_dir``; on success it becomes ``out_dir`` atomically."""
+def staged_dir(out_dir: str | Path, overwrite: bool = False, source: str | Path | None = None) -> Iterator[Path]:
+    """Yield a temporary directory next to ``out_dir``; on success it becomes ``out_dir`` atomically.
+
+    ``source``: the checkpoint being converted, which ``out_dir`` must neither be nor hold."""
     out_dir = Path(out_dir).expanduser().absolute()
-    check_destination(out_dir, overwrite)
+    check_destination(out_dir, overwrite, source)
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))

@@ -70,13 +70,22 @@ def _decode(source: Path | io.BytesIO, where: str, suffix: str) -> np.ndarray:
                                  hint="the file may be corrupt or not audio; convert it to 16-bit WAV or FLAC") from None
             if isinstance(source, io.BytesIO):
                 source.seek(0)
-    return _decode_with_av(source, where)
+    return _decode_with_av(source, where, suffix)
 
 
-def _decode_with_av(source: Path | io.BytesIO, where: str) -> np.ndarray:
+def _decode_with_av(source: Path | io.BytesIO, where: str, suffix: str = "") -> np.ndarray:
     try:
         import av
     except ImportError:
+        if suffix == ".mp3" and _libsndfile_reads_mp3():  # libsndfile 1.1+ decodes MP3: no extra needed
+            import soundfile as sf
+
+            try:
+                data, rate = sf.read(source, dtype="float32", always_2d=True)
+            except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
+                raise AudioError(f"cannot decode MP3 audio: {exc}", where=where,
+                                 hint="the file may be corrupt; or pip install 'specwhisper[av]' (FFmpeg's decoder)") from None
+            return _normalise(data, rate, where)
         if isinstance(source, io.BytesIO):  # raw samples are the usual mistake here, not an mp3
             raise AudioError("these bytes are not WAV, FLAC or OGG, and other formats need PyAV, which is not "
                              "installed", where=where, hint="bytes are an audio file's contents; raw 16-bit PCM is "
@@ -182,3 +191,10 @@ def speech_seconds(samples: np.ndarray, sample_rate: int = SAMPLE_RATE, frame_s:
     if loud.size == 0:  # digital silence
         return samples.size / sample_rate
     return (int(loud[-1]) - int(loud[0]) + 1) * frame_s
+
+
+def _libsndfile_reads_mp3() -> bool:
+    """Whether the installed libsndfile decodes MP3 (1.1 and later, as soundfile's wheels ship)."""
+    import soundfile as sf
+
+    return "MP3" in sf.available_formats()

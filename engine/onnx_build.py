@@ -235,16 +235,40 @@ class GraphBuilder:
 
 
 def read_weights(model_dir: Path, scope: str) -> dict[str, np.ndarray]:
-    """Every variable of ``model.bin`` under ``scope`` (``encoder/`` or ``decoder/``), aliases resolved."""
+    """Every variable of ``model.bin`` under ``scope`` (``encoder/`` or ``decoder/``), aliases resolved.
+
+    CTranslate2 stores identical arrays once for the whole model, as aliases: an encoder's zero
+    bias or unit layer-norm gain may name a decoder variable, so a target is read wherever it lies
+    (reading only the scope's variables lost those aliases: a KeyError building the graph). As
+    CTranslate2's loader does, an aliased weight's ``_scale`` follows it."""
     from specwhisper.converters.ct2_bin import ModelBinReader
 
     with ModelBinReader(model_dir / "model.bin") as reader:
-        arrays = {info.name: reader.array(info) for info in reader.index.variables if info.name.startswith(scope)}
-        aliases = dict(reader.index.aliases)
-    for alias, target in aliases.items():
-        if target in arrays:
-            arrays[alias] = arrays[target]
-    return arrays
+        infos = {info.name: info for info in reader.index.variables}
+        sources = {name: name for name in infos if name.startswith(scope)}
+        sources.update(_scope_aliases(reader.index.aliases, infos, scope))
+        loaded = {target: reader.array(infos[target]) for target in set(sources.values())}
+    return {name: loaded[target] for name, target in sources.items()}
+
+
+def _scope_aliases(aliases: tuple[tuple[str, str], ...], variables: dict, scope: str) -> dict[str, str]:
+    """Alias name under ``scope`` -> the stored variable it names (through chains of aliases),
+    plus ``alias_scale`` -> ``target_scale`` where the target has a scale; aliases whose target is
+    not stored are left out, as CTranslate2's loader skips them."""
+    table = dict(aliases)
+    resolved: dict[str, str] = {}
+    for alias in table:
+        if not alias.startswith(scope):
+            continue
+        target, hops = table[alias], 0
+        while target not in variables and target in table and hops < len(table):
+            target, hops = table[target], hops + 1
+        if target not in variables:
+            continue
+        resolved[alias] = target
+        if target + "_scale" in variables and alias + "_scale" not in variables:
+            resolved[alias + "_scale"] = target + "_scale"
+    return resolved
 
 
 MAX_BLOCK = 256  # MLAS's 8-bit blocks are 16..256 long (see ``_block_size``)

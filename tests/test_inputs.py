@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from specwhisper.audio import SAMPLE_RATE, load_audio
+from specwhisper.audio import BUNDLED_SAMPLE, SAMPLE_RATE, load_audio
 from specwhisper.cli import main
 from specwhisper.errors import AudioError, ModelError, OptionError
 
@@ -74,6 +74,13 @@ def test_mp3_without_pyav_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "av", None)  # as if PyAV were not installed
     with pytest.raises(AudioError, match=r"specwhisper\[av\]"):
         load_audio(fake)
+    # a real MP3 needs no extra where libsndfile reads MP3 (soundfile's wheels ship 1.1+)
+    if "MP3" not in sf.available_formats():
+        pytest.skip("this libsndfile reads no MP3")
+    original = load_audio(BUNDLED_SAMPLE)
+    sf.write(tmp_path / "real.mp3", original, 16000, format="MP3")
+    decoded = load_audio(tmp_path / "real.mp3")
+    assert abs(decoded.size - original.size) < 2000 and np.abs(decoded).max() > 0.1
 
 
 def test_stereo_48k_works_and_matches_mono(base_engine, shared_data, tmp_path):
