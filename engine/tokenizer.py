@@ -43,12 +43,15 @@ CODE_OF_NAME = dict(zip(LANGUAGE_NAMES, LANGUAGE_CODES, strict=True)) | LANGUAGE
 
 
 def language_code(language) -> str | None:
-    """``language`` as Whisper writes it (``"EN"``, ``" en"`` and ``"English"`` as ``"en"``), or None for none; a
-    code Whisper does not know is an ``OptionError`` (a ValueError) on any model, checked before a
-    model loads (the command line checks it once, not once per file)."""
+    """``language`` as Whisper writes it (``"EN"``, ``" en"`` and ``"English"`` as ``"en"``), or None
+    for none (``"auto"`` too: detect it); a code Whisper does not know is an ``OptionError`` (a
+    ValueError) on any model, checked before a model loads (the command line checks it once, not
+    once per file)."""
     if language is None:
         return None
     code = " ".join(language.lower().split()) if isinstance(language, str) else None
+    if code == "auto":  # whisper.cpp's and others' word for "detect it"
+        return None
     code = CODE_OF_NAME.get(code, code)
     if code not in LANGUAGE_CODES:
         raise OptionError(f"unknown language {language!r}", where=option_where("language"),

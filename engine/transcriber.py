@@ -759,7 +759,7 @@ class WhisperEngine:
                       contract=self.selftest_result.contract if self.selftest_result else "none: no self-test",
                       encoder=self.lm.encoder_choice.name,
                       audio_ctx=run.ctx_frames, temperature=run.retry_ladder or run.opts.temperature, seed=run.opts.seed,
-                      timestamps=run.timestamps, language_source=run.language_source)
+                      timestamps=run.timestamps, language_source=run.language_source, task=run.opts.task)
 
     # ------------------------------------------------------------------------------------------
     def auto_numerics(self, speculation: bool = True, draft_len: int | None = None) -> tuple[str, str]:

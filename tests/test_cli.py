@@ -20,7 +20,7 @@ def test_json_output_contract(base_model_dir, shared_data, tmp_path, capsys):
         assert data["timings"][key] >= 0
     for key in ("drafted", "accepted", "verify_calls", "steps"):
         assert key in data["stats"]
-    assert data["numerics"] == "single-row" and data["language"] == "en"
+    assert data["numerics"] == "single-row" and data["language"] == "en" and data["task"] == "transcribe"
     tok_eot = 50257
     assert data["tokens"] and tok_eot not in data["tokens"] and 50258 not in data["tokens"]
     assert "ask not what your country" in data["text"]

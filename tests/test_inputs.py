@@ -181,6 +181,7 @@ def test_option_mistakes_are_value_errors_named_before_any_work(tiny_engine, tin
         TranscribeOptions(speculation=np.array([True, False]))
     assert tiny_engine.transcribe(audio, word_timestamps=np.bool_(False), speculation=1, language="EN").language == "en"
     assert tiny_engine.transcribe(audio, language="English").language == "en"  # a name, as openai-whisper takes
+    assert tiny_engine.transcribe(audio, language="auto").language_source == "english-only model"  # detect
     for name in ("AudioError", "ModelError", "NetworkError", "OptionError", "OutputError", "TokenMapError",
                  "UnknownModelError", "UnknownOptionError", "LiveEvent", "CommandResult"):
         assert name in specwhisper.__all__ and getattr(specwhisper, name)

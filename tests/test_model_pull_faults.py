@@ -170,7 +170,7 @@ def test_models_pull_takes_the_size_names_transcribe_takes(monkeypatch, capsys, 
     """``models pull small`` said "unknown model" where ``transcribe --model small`` fetched
     faster-whisper's conversion from the hub: pull now resolves every name ``--model`` does."""
     asked = []
-    monkeypatch.setattr(model_store, "_resolve_hub", lambda repo: asked.append(repo) or tmp_path)
+    monkeypatch.setattr(model_store, "_resolve_hub", lambda repo, *_: asked.append(repo) or tmp_path)
     assert main(["models", "pull", "small"]) == 0
     assert asked == ["Systran/faster-whisper-small"] and str(tmp_path) in capsys.readouterr().out
     assert main(["models", "pull", "whisper-gigantic"]) == 2

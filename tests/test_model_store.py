@@ -79,3 +79,19 @@ def test_a_cache_that_cannot_be_written_is_a_clear_error_and_keeps_measurements_
     cache_put("probe|key", 17)
     assert cache_get("probe|key") == 17  # read back at the next load
     assert '"probe|key": 17' in (tmp_path / "xdg" / "specwhisper" / "selftest.json").read_text()
+
+
+def test_a_missing_folder_and_an_unpulled_hub_model_are_said_as_such(tmp_path, monkeypatch, capsys):
+    """``--model ./nope`` said "unknown model" and listed hub names; ``models path small`` went to
+    the network to answer a question about this machine."""
+    from specwhisper.cli import main
+
+    with pytest.raises(ModelError, match="no model folder at './nope'") as info:
+        model_store.resolve_model("./nope")
+    assert "check the path" in info.value.hint
+    pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # any network call would fail differently
+    assert main(["models", "path", "small"]) == 2
+    err = capsys.readouterr().err
+    assert "'small' is not in the cache" in err and "specwhisper models pull small" in err

@@ -107,7 +107,8 @@ def stitch(pieces: list[tuple[BatchItem, dict]], method: str) -> StitchedTranscr
             if isinstance(value, int) and not isinstance(value, bool):
                 stats[key] = stats.get(key, 0) + value
     first = pieces[0][1]
-    info = {"language": first.get("language"), "duration_s": round(pieces[-1][0].end_s or 0.0, 3),
+    info = {"language": first.get("language"), "task": first.get("task", "transcribe"),
+            "duration_s": round(pieces[-1][0].end_s or 0.0, 3),
             "numerics": first.get("numerics"), "stats": stats,
             "pieces": [{"start_s": item.start_s, "end_s": item.end_s, "language": data.get("language"),
                         "numerics": data.get("numerics")} for item, data in pieces],
