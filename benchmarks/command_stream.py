@@ -34,6 +34,7 @@ counts the token map's own drafts only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import io
 import statistics
@@ -120,19 +121,14 @@ class Bench:
         clip = next(c for c in load_set(WARMUP[0], self.root) if c.id == WARMUP[1])
         saved = snapshot(engine)
         drafter = engine.tokenmap_drafter
-        learned = getattr(drafter, "dynamic", None)
-        if learned is not None:  # a learning map learns from calls without speculation too: not from these
-            drafter.dynamic = None
-        try:
+        # a learning map learns from calls without speculation too: not from these
+        with drafter.learning_paused() if drafter is not None else contextlib.nullcontext():
             for numerics in ("single-row", "batch-invariant"):
                 engine.transcribe(self.load(clip), language="en", numerics=numerics, speculation=False,
                                   audio_ctx=self.audio_ctx)
             if speculate:
                 engine.transcribe(self.load(clip), language="en", numerics="batch-invariant", speculation=True,
                                   audio_ctx=self.audio_ctx)
-        finally:
-            if learned is not None:
-                drafter.dynamic = learned
         restore(engine, saved)
 
 

@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("transcribe", help="transcribe audio files",
                        description="Transcribe audio files. Speculation never changes the text: with the same "
                                    "--numerics, output equals --no-speculation token for token.")
-    t.add_argument("audio", nargs="+", help="audio files (wav/flac/ogg; mp3/m4a/video with the [av] extra)")
+    t.add_argument("audio", nargs="+", help="audio files (wav/flac/ogg/mp3; m4a/video with the [av] extra, which also decodes mp3)")
     add_model_args(t)
     t.add_argument("--output-format", default="txt", choices=["txt", "json", "srt", "vtt"],
                    help="txt prints to stdout, each text under a '==> FILE <==' line where several files are given "
@@ -253,6 +253,7 @@ def _dispatch(args) -> int:
 
 
 def _transcribe(args) -> int:
+    from .io_utils import check_writable_folder
     from .writers import output_path, write_result
 
     check_learn_save(args)
@@ -267,7 +268,7 @@ def _transcribe(args) -> int:
     if not inputs:
         return 0
     if out_dir is not None:
-        _check_output_dir(out_dir)  # before the model loads and the first file decodes
+        check_writable_folder(out_dir)  # before the model loads and the first file decodes
     engine, transcribe_file = open_transcriber(args)
     failures = 0
     # several texts on stdout: each under its file's name (as `head` labels files), so that a file
@@ -298,17 +299,6 @@ def _transcribe(args) -> int:
         saved = engine.save_learned(args.learn_save)
         print(f"learned token map -> {saved}", file=sys.stderr)
     return 1 if failures else 0
-
-
-def _check_output_dir(out_dir: str) -> None:
-    """The output folder made and written to once: a file in its way or a read-only disk is one
-    clear error before any decoding, not after the first file's (minutes on a long talk)."""
-    from .io_utils import probe_folder, write_failure
-
-    try:
-        probe_folder(out_dir)
-    except OSError as exc:
-        raise write_failure(exc, out_dir, "to the output folder", option="output-dir") from None
 
 
 def _one_output_each(paths: list[str]) -> list[str]:

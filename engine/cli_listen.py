@@ -61,6 +61,7 @@ def add_listen_parser(sub, add_model_args) -> None:
 def run_listen(args) -> int:
     from .listen import MAX_UTTERANCE_S, check_listener_options
     from .listen_endpoint import make_detector
+    from .tokenizer import language_code
     from .transcribe_options import TranscribeOptions
     from .transcriber import WhisperEngine
 
@@ -89,7 +90,7 @@ def run_listen(args) -> int:
                              speculation=not args.no_speculation,
                              numerics=args.numerics, audio_ctx=args.audio_ctx)
     if args.stats:
-        language = args.language or (f"{engine.tokenmap_language} (token map)" if engine.tokenmap_language
+        language = language_code(args.language) or (f"{engine.tokenmap_language} (token map)" if engine.tokenmap_language
                                      else "detected per command" if engine.tokenizer.multilingual
                                      else "en (English-only model)")
         print(f"[listen] endpointing {listener.endpointing}, silence {args.silence_ms} ms, language {language}",

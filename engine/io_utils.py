@@ -14,6 +14,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 from .errors import OutputError, SpecWhisperError
 
@@ -28,6 +29,7 @@ _HINTS = {
     errno.EEXIST: "remove that file or write elsewhere{option}",
     errno.EISDIR: "a folder stands where the file should be: remove it, or write elsewhere{option}",
 }
+WRITE_ERRNOS = frozenset(_HINTS)  # a write's own failures (an HTTP error is an OSError too, without one)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
@@ -58,11 +60,19 @@ def write_failure(exc: OSError, path: str | os.PathLike[str], what: str = "the o
     reason = (exc.strerror or str(exc)).lower()
     where = path
     if exc.errno in (errno.ENOTDIR, errno.EEXIST):  # mkdir met a file on the way to the folder
-        reason, where = "a file stands where a folder should be", exc.filename or path
+        reason, where = "a file stands where a folder should be", _file_in_the_way(Path(exc.filename or path))
     also = f" (--{option.lstrip('-')})" if option else ""
     hint = _HINTS.get(exc.errno, "check that the folder exists and is writable, or write elsewhere{option}")
     return error(f"cannot write {what}: {reason} (nothing was written)", where=str(where),
                  hint=hint.format(option=also))
+
+
+def _file_in_the_way(path: Path) -> Path:
+    """The file that stands where ``path`` or one of its folders should be (``path`` if none)."""
+    for candidate in (path, *path.parents):
+        if candidate.exists() and not candidate.is_dir():
+            return candidate
+    return path
 
 
 def check_writable(path: str | os.PathLike[str], what: str, option: str | None = None) -> None:
@@ -76,6 +86,16 @@ def check_writable(path: str | os.PathLike[str], what: str, option: str | None =
         probe_folder(path.parent)
     except OSError as exc:
         raise write_failure(exc, path, what, option) from None
+
+
+def check_writable_folder(folder: str | os.PathLike[str], what: str = "to the output folder",
+                          option: str | None = "output-dir") -> None:
+    """``check_writable`` for a folder outputs go into: made and written to once now, so that a
+    file in its way or a read-only disk is one clear error before any work."""
+    try:
+        probe_folder(folder)
+    except OSError as exc:
+        raise write_failure(exc, folder, what, option) from None
 
 
 def probe_folder(folder: str | os.PathLike[str]) -> None:
@@ -101,27 +121,41 @@ def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
 
 
 @contextlib.contextmanager
-def exclusive_lock(lock_file: str | os.PathLike[str]) -> Iterator[None]:
-    """Hold an exclusive lock on ``lock_file`` (made if absent, never removed: removing a lock
-    file races with the next taker) among processes, for a read-change-write of a file that
-    atomic writes replace (a lock on that file itself would not exclude the next writer, who
-    opens the new one). Where the lock file cannot be made (read-only), no lock: the write that
-    follows fails on its own."""
-    import fcntl
-
+def exclusive_lock(lock_file: str | os.PathLike[str], *, wait: bool = True) -> Iterator[IO[str] | None]:
+    """Hold an exclusive lock on ``lock_file`` among processes; yields the open lock file, or None
+    where no lock can be taken (no ``fcntl`` on this system, a read-only folder, a file system
+    without locks: the work goes on unguarded, as it would without this lock). The lock file is
+    made if absent and never removed (removing one races with the next taker). A file that atomic
+    writes replace cannot be its own lock: the next writer opens the new file. ``wait=False``:
+    ``BlockingIOError`` at once where another process holds it."""
+    try:
+        import fcntl
+    except ImportError:
+        yield None
+        return
     lock_file = Path(lock_file)
     try:
         lock_file.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(lock_file, "a")  # noqa: SIM115 - held for the with block
+        handle = open(lock_file, "a+", encoding="utf-8")  # noqa: SIM115 - held for the with block
     except OSError:
-        yield
-        return
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle = None
+    locked = False
+    if handle is not None:
         try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            locked = True
+        except BlockingIOError:
+            handle.close()
+            raise
+        except OSError:  # ENOLCK, EOPNOTSUPP: this file system cannot lock
+            pass
+    try:
+        yield handle if locked else None
+    finally:
+        if handle is not None:
+            if locked:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
 
 
 def file_stamp(path: str | os.PathLike[str]) -> tuple[int, int, int] | None:

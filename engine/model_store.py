@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ModelError, NetworkError, UnknownModelError, option_where
-from .io_utils import sha256_file, write_failure
+from .io_utils import WRITE_ERRNOS, sha256_file, write_failure
 
 DEFAULT_MODEL = "base"
 REQUIRED_FILES = ("model.bin", "config.json", "tokenizer.json")
@@ -348,9 +348,12 @@ def _writing_the_cache(folder: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        err = write_failure(exc, folder, "into the model cache", error=ModelError)
-        raise ModelError(err.what, where=err.where,
-                         hint=f"{err.hint}; SPECWHISPER_CACHE sets the cache's folder") from None
+        raise _cache_write_error(exc, folder) from None
+
+
+def _cache_write_error(exc: OSError, folder: Path) -> ModelError:
+    err = write_failure(exc, folder, "into the model cache", error=ModelError)
+    return ModelError(err.what, where=err.where, hint=f"{err.hint}; SPECWHISPER_CACHE sets the cache's folder")
 
 
 def _pull_into(name: str, spec, dest: Path, quiet: bool) -> Path:
@@ -447,6 +450,8 @@ def _resolve_hub(repo_id: str, download: bool = True, asked: str | None = None) 
         raise NetworkError(f"cannot reach the Hugging Face hub to fetch {repo_id!r} (no network)", where=option_where("model"),
                            hint="connect to a network, or pass a local CT2 model directory") from None
     except Exception as exc:  # hub errors: repository not found, gated, HTTP errors
+        if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:  # a read-only or full cache, not the hub
+            raise _cache_write_error(exc, cache_dir() / "hub") from None
         raise ModelError(f"cannot fetch {repo_id!r} from the Hugging Face hub: {exc}", where=option_where("model"),
                          hint="check the repo id, or pass a local CT2 model directory") from None
     check_model_dir(Path(path))

@@ -51,6 +51,7 @@ from .policy import (
 from .results import Result, Segment, WindowResult
 from .stats import DecodeStats
 from .timestamps import split_window
+from .tokenizer import language_code
 from .transcribe_options import TranscribeOptions, check_engine_options, checked_options
 from .window_decode import WindowDecoder, WindowJob
 from .window_numerics import WindowNumerics
@@ -407,7 +408,7 @@ class WhisperEngine:
     def _language_from_map(self, language: str | None, task: str, options: dict) -> str | None:
         """The token map's language where it applies: no language given, transcription (a
         translation's source language is not its transcripts'), one language for the whole call."""
-        if language is None and task == "transcribe" and not options.get("multilingual"):
+        if language_code(language) is None and task == "transcribe" and not options.get("multilingual"):
             return self.tokenmap_language
         return None
 
@@ -523,7 +524,10 @@ class WhisperEngine:
                             window = job
                         else:
                             attempt = future.result()
-                            run.guesser.learn([t for t in attempt.tokens if t < self.tokenizer.special.eot])
+                            text = [t for t in attempt.tokens if t < self.tokenizer.special.eot]
+                            run.guesser.learn(text)
+                            run.chain.begin_learning(job.context)  # in window order, as one by one
+                            run.chain.end_learning(text)
                             window = self._finish_window(run, job, attempt)
                         run.windows.append(window)
                         yield window
@@ -806,7 +810,7 @@ def _drafter_chain(drafters: list[Drafter], opts: TranscribeOptions) -> DrafterC
     map then still learns each window's text, as ``--learn`` promises, without drafting)."""
     if opts.speculation and opts.draft_len != 0:
         return DrafterChain(drafters)
-    return DrafterChain([], learners=[d for d in drafters if getattr(d, "dynamic", None) is not None])
+    return DrafterChain([], learners=[d for d in drafters if getattr(d, "learns", False)])
 
 
 def _check_shared_model(loaded: LoadedModel, *, encoder: str, batch_decoder: str,

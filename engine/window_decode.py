@@ -119,6 +119,8 @@ class WindowDecoder:
             model = self.lm.decoder if self.lm.has_step_api else self.lm.model
             if greedy:
                 chain.begin(context)
+            else:  # beam search, sampling with penalties, native: nothing drafts, a learning map still learns
+                chain.begin_learning(context)
             tokens, scores = generate_window(model, encoder_output, prompt, wstats, sampler, opts, suppress,
                                              max_new, rules)
             if forced and tokens[:len(forced)] == forced:  # CT2 returns the prefix with the new tokens
@@ -129,6 +131,8 @@ class WindowDecoder:
                 ("single-row" if numerics != "native" else numerics)
             if greedy:  # drafters replay it in the shadow, so that the policy learns what drafting would give
                 learn_from_window(chain, tokens, used, policy, wstats, guesser, eot)
+            else:
+                chain.end_learning([t for t in tokens if t != eot])
             return tokens, used, scores
         from .verifier import DecoderSession
 

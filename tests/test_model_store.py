@@ -89,9 +89,15 @@ def test_a_missing_folder_and_an_unpulled_hub_model_are_said_as_such(tmp_path, m
     with pytest.raises(ModelError, match="no model folder at './nope'") as info:
         model_store.resolve_model("./nope")
     assert "check the path" in info.value.hint
-    pytest.importorskip("huggingface_hub")
+    hub = pytest.importorskip("huggingface_hub")
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def snapshot_download(repo_id, **options):  # what the hub's client is asked
+        assert options.get("local_files_only") is True, "models path went to the network"
+        raise LocalEntryNotFoundError(f"{repo_id} is not in the local cache")
+
+    monkeypatch.setattr(hub, "snapshot_download", snapshot_download)
     monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path))
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # any network call would fail differently
     assert main(["models", "path", "small"]) == 2
     err = capsys.readouterr().err
     assert "'small' is not in the cache" in err and "specwhisper models pull small" in err

@@ -165,14 +165,16 @@ def test_cli_learn_save_writes_a_loadable_map(base_model_dir, shared_data, tmp_p
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
-def test_learning_without_speculation_still_learns(tiny_model_dir, shared_data, tmp_path):
-    """``--learn --no-speculation`` (or ``--draft-len 0``) learned nothing, yet ``--learn-save``
-    wrote an empty map and said it had saved it: a learning map learns from every call."""
-    engine = WhisperEngine(tiny_model_dir, threads=2, learn=True)
-    first, second = (c["path"] for c in clips(shared_data, "car")[:2])
+def test_learning_without_speculation_still_learns(tiny_engine, shared_data, tmp_path):
+    """``--learn --no-speculation`` (or ``--draft-len 0``, or beam search) learned nothing, yet
+    ``--learn-save`` wrote an empty map and said it had saved it: a learning map learns from every
+    call (windows decoded together learn in their order too)."""
+    engine = WhisperEngine(loaded=tiny_engine.lm, learn=True)  # the loaded model, shared
+    first, second, third = (c["path"] for c in clips(shared_data, "car")[:3])
     engine.transcribe(first, language="en", speculation=False)
     engine.transcribe(second, language="en", numerics="batch-invariant", draft_len=0)
-    assert load_token_map(engine.save_learned(tmp_path / "l.tmap")).stats()["transcripts"] == 2
+    engine.transcribe(third, language="en", beam_size=2)  # CTranslate2's own search: nothing drafts, it learns
+    assert load_token_map(engine.save_learned(tmp_path / "l.tmap")).stats()["transcripts"] == 3
 
 
 def test_two_engines_saving_their_learning_into_one_map_keep_both(base_engine, car_map, shared_data, tmp_path):
@@ -182,17 +184,18 @@ def test_two_engines_saving_their_learning_into_one_map_keep_both(base_engine, c
     merges into what is there now, under a lock."""
     import shutil
 
-    shared = tmp_path / "home.tmap"
+    shared, link = tmp_path / "home.tmap", tmp_path / "current.tmap"
     shutil.copy(car_map, shared)
+    link.symlink_to(shared)  # a deployment's "current" map: saves go to the file, the link stays
     static = load_token_map(shared).stats()["transcripts"]
-    one, two = (WhisperEngine(loaded=base_engine.lm, tokenmap=shared, learn=True, prompt_lookup=False)
-                for _ in range(2))
+    one, two = (WhisperEngine(loaded=base_engine.lm, tokenmap=path, learn=True, prompt_lookup=False)
+                for path in (link, shared))
     first, second = (c["path"] for c in clips(shared_data, "smarthome")[:2])
     one.transcribe(first, language="en", numerics="batch-invariant")
     two.transcribe(second, language="en", numerics="batch-invariant")
-    one.save_learned(shared)
+    one.save_learned(link)
     two.save_learned(shared)
-    assert load_token_map(shared).stats()["transcripts"] == static + 2
+    assert link.is_symlink() and load_token_map(shared).stats()["transcripts"] == static + 2
     one.save_learned(shared.with_name("elsewhere.tmap"))  # another file: the map as loaded and its own learning
     assert load_token_map(shared.with_name("elsewhere.tmap")).stats()["transcripts"] == static + 1
 

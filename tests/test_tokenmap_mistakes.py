@@ -65,11 +65,13 @@ def test_a_jsonl_extension_is_a_manifest_whatever_its_first_line(tmp_path):
     assert err.value.where == str(src)
 
 
-def test_a_manifest_named_txt_is_read_as_text_with_a_warning(tmp_path):
+def test_a_manifest_named_txt_is_read_as_one_and_half_a_manifest_warns(tmp_path):
     row = json.dumps({"text": "Turn on the lights."})
-    src = _write(tmp_path / "manifest.txt", f"\n{row}\n")
+    src = _write(tmp_path / "manifest.txt", f"\n{row}\n{row}\n")
+    assert _no_warnings(lambda: read_transcripts([src])) == ["Turn on the lights."] * 2  # every line says so
+    mixed = _write(tmp_path / "mixed.txt", f"\n{row}\nTurn off the lights.\n")
     with pytest.warns(UserWarning, match=r"line 2 is a JSON object.*name a JSONL manifest \.jsonl"):
-        assert read_transcripts([src]) == [row]
+        assert read_transcripts([mixed]) == [row, "Turn off the lights."]
 
 
 def test_braces_that_are_not_slots_do_not_warn(tmp_path):

@@ -127,11 +127,13 @@ def check_language(language: str | None, tokenizer=None) -> str | None:
     if language is None or (isinstance(language, str) and language.strip().lower() == "none"):
         return None
     try:
-        language = language_code(language)  # "EN" and "English" as "en"
+        language = language_code(language)  # "EN" and "English" as "en"; "auto" (detect) as none
     except OptionError:
         raise TokenMapError(f"unknown language {language!r} for the transcripts", where="--language",
                             hint="use a Whisper language code such as en, de, es, or its English name (or none "
                                  "to record no language)") from None
+    if language is None:
+        return None
     if tokenizer is not None and not getattr(tokenizer, "multilingual", True) and language != "en":
         raise TokenMapError(f"language {language!r}: this model transcribes English only", where="--language",
                             hint="use --language en, or build the map for a multilingual model")

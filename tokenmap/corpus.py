@@ -78,15 +78,18 @@ def read_file(path: str | os.PathLike[str]) -> list[str]:
 
 
 def _is_manifest(path: Path, lines: list[str], where: str) -> bool:
-    """JSONL by extension; text by extension (warning where a .txt holds a manifest, which is then
-    read as literal JSON); else JSONL only where the first line is a JSON object (sniffing by a
-    leading brace took grammar lines such as ``{room} lights on`` for broken JSON)."""
+    """JSONL by extension; text by extension, unless every line of it is a manifest's (warning
+    where only some are: they are read as literal JSON); else JSONL only where the first line is
+    a JSON object (sniffing by a leading brace took grammar lines such as ``{room} lights on`` for
+    broken JSON)."""
     suffix = path.suffix.lower()
     if suffix in JSONL_SUFFIXES:
         return True
     number, first = next(((n, ln) for n, ln in enumerate(lines, 1) if ln.strip()), (0, ""))
     looks_like_one = _is_json_object(first)
     if suffix in TEXT_SUFFIXES:
+        if looks_like_one and all(_is_json_object(ln, with_text=True) for ln in lines if ln.strip()):
+            return True  # a manifest named .txt: every line says so (a grammar's line never parses as JSON)
         if looks_like_one:
             warn_caller(f"{where}: line {number} is a JSON object, but a {suffix} file is read as plain text (one "
                         "transcript a line), so the map holds the JSON as text; name a JSONL manifest .jsonl")
@@ -94,14 +97,16 @@ def _is_manifest(path: Path, lines: list[str], where: str) -> bool:
     return looks_like_one
 
 
-def _is_json_object(line: str) -> bool:
-    """Whether ``line`` parses as a JSON object (not merely starts with a brace)."""
+def _is_json_object(line: str, with_text: bool = False) -> bool:
+    """Whether ``line`` parses as a JSON object (not merely starts with a brace); ``with_text``:
+    one with a 'text' string, as a manifest's lines have."""
     if not line.lstrip().startswith("{"):
         return False
     try:
-        return isinstance(json.loads(line), dict)
+        row = json.loads(line)
     except ValueError:
         return False
+    return isinstance(row, dict) and (not with_text or isinstance(row.get("text"), str))
 
 
 def _warn_of_slots(numbered: list[tuple[int, str]], where: str) -> None:

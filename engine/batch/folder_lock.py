@@ -10,51 +10,44 @@ they write only what their driver gave them. The lock goes with the process, how
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import SpecWhisperError
+from ..io_utils import exclusive_lock
 
 LOCK_NAME = "job.lock"
 
 
 @contextlib.contextmanager
 def held_by_this_job(ledger_dir: str | Path) -> Iterator[None]:
-    """Hold the folder's job lock for the ``with`` block; SpecWhisperError where another job holds it.
-    Where the file system cannot lock (some network mounts), the job runs without it."""
-    try:
-        import fcntl
-    except ImportError:  # not a POSIX system: no advisory locks to take
-        yield
-        return
+    """Hold the folder's job lock for the ``with`` block; SpecWhisperError where another job holds
+    it. Where no lock can be taken (a file system without locks), the job runs without it."""
     path = Path(ledger_dir) / LOCK_NAME
-    try:
-        handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the with block
-    except OSError:  # the folder was probed writable; a file that cannot open is not worth a failed job
-        yield
-        return
-    with handle:
+    with contextlib.ExitStack() as stack:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):  # ENOLCK and the like: cannot lock here
-                yield
-                return
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
+            handle = stack.enter_context(exclusive_lock(path, wait=False))
+        except BlockingIOError:
             raise SpecWhisperError("another batch job is writing to this output folder", where=str(path.parent.parent),
-                                   hint=f"wait for it to end ({holder}), or give another --output-dir") from None
+                                   hint=f"wait for it to end ({_holder(path)}), or give another --output-dir") from None
+        if handle is not None:
+            _write(handle, f"pid {os.getpid()} on {socket.gethostname()}\n")
+            stack.callback(_write, handle, "")  # before the lock goes: no stale holder named
+        yield
+
+
+def _holder(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8").strip() or "another process"
+    except OSError:
+        return "another process"
+
+
+def _write(handle, text: str) -> None:
+    with contextlib.suppress(OSError):
         handle.seek(0)
         handle.truncate()
-        handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        handle.write(text)
         handle.flush()
-        try:
-            yield
-        finally:
-            with contextlib.suppress(OSError):
-                handle.seek(0)
-                handle.truncate()
-            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -240,14 +240,10 @@ def _check_models(settings: argparse.Namespace) -> None:
 def _usable_output_dir(output_dir: str) -> str:
     """The output folder, made (absolute: workers do not share the driver's folder) and written
     to once, so that a read-only or impossible folder is a clear error before any work."""
-    from ..io_utils import probe_folder
+    from ..io_utils import check_writable_folder
 
     path = Path(output_dir).resolve()
-    try:
-        probe_folder(path / LEDGER_DIR)
-    except OSError as exc:
-        raise SpecWhisperError(f"cannot write to the output folder: {exc.strerror}", where=str(path),
-                               hint="give a folder you can write to (--output-dir)") from None
+    check_writable_folder(path)
     return str(path)
 
 

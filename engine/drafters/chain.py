@@ -53,5 +53,19 @@ class DrafterChain:
         for d in (*self.drafters, *self.learners):
             d.end(tokens)
 
+    def begin_learning(self, window: WindowContext) -> None:
+        """A window decoded without drafting (beam search, windows decoded together): only the
+        drafters that learn see it begin (a draft model's run-ahead must not start)."""
+        for d in self._learning():
+            d.begin(window)
+
+    def end_learning(self, tokens: Sequence[int]) -> None:
+        """That window's text to the drafters that learn (``begin_learning``)."""
+        for d in self._learning():
+            d.end(tokens)
+
+    def _learning(self) -> list[Drafter]:
+        return [d for d in (*self.drafters, *self.learners) if getattr(d, "learns", False)]
+
     def __bool__(self) -> bool:  # whether anything drafts: learners do not
         return bool(self.drafters)

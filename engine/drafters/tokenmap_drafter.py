@@ -27,8 +27,9 @@ Defaults were tuned with ``python -m benchmarks.tokenmap_sim``.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..errors import TokenMapError, warn_caller
@@ -75,6 +76,7 @@ class TokenMapDrafter:
         self.tokenizer = tokenizer
         self.eot, self.begin_id = int(eot), int(begin)
         self.learn = learn
+        self.learning = learn  # paused by ``learning_paused``
         self.save_merged = save_merged
         n = static.header.n if static is not None else DEFAULT_N
         max_len = static.header.max_len if static is not None else DEFAULT_MAX_LEN
@@ -137,7 +139,7 @@ class TokenMapDrafter:
         self._last_len = 0
 
     def end(self, tokens: Sequence[int]) -> None:
-        if self.dynamic is not None:
+        if self.learns:
             before = self.dynamic.learned
             self.dynamic.add(tokens, self._speech_s)
             self.stats["learned"] += self.dynamic.learned - before
@@ -194,11 +196,26 @@ class TokenMapDrafter:
         if self._static_file is None or self._static_file[0] != Path(path).resolve():  # nothing to merge with
             base = self.static if self.save_merged else None
             return self.dynamic.to_token_map(fingerprint, vocab, base=base).save(path)
-        with exclusive_lock(_save_lock(self._static_file[0])):  # processes saving into one map keep each one's learning
-            learned = self.dynamic.to_token_map(fingerprint, vocab, base=self._merge_base(Path(path)))
-            saved = learned.save(path)
-            self._static_file = (self._static_file[0], file_stamp(saved))  # this save is not another's
+        target = self._static_file[0]  # the file itself: a save through a symlink must not replace the link
+        with exclusive_lock(target.parent / f".{target.name}.lock"):  # processes saving into one map keep each one's learning
+            learned = self.dynamic.to_token_map(fingerprint, vocab, base=self._merge_base(target))
+            saved = learned.save(target)
+            self._static_file = (target, file_stamp(saved))  # this save is not another's
             return saved
+
+    @property
+    def learns(self) -> bool:
+        """Whether each window's text is learned now (``learn=True`` and not paused)."""
+        return self.dynamic is not None and self.learning
+
+    @contextlib.contextmanager
+    def learning_paused(self) -> Iterator[None]:
+        """Decode without learning (a benchmark's warm-up: the map must not learn its clip)."""
+        before, self.learning = self.learning, False
+        try:
+            yield
+        finally:
+            self.learning = before
 
     def _merge_base(self, target: Path):
         """The map the learned utterances are merged into: the static map as loaded, or, where the
@@ -217,15 +234,6 @@ class TokenMapDrafter:
             warn_caller(f"{target} changed since it was loaded and cannot be merged into ({exc.what}): "
                         "writing the map as loaded with what this run learned")
             return base
-
-
-def _save_lock(map_file: Path) -> Path:
-    """The lock of saves into ``map_file``: in the model cache, not beside the user's map."""
-    import hashlib
-
-    from ..model_store import cache_dir
-
-    return cache_dir() / "locks" / f"tokenmap-{hashlib.sha256(str(map_file).encode()).hexdigest()[:16]}.lock"
 
 
 def _loaded_file(static) -> tuple[Path, tuple[int, int, int] | None] | None:
