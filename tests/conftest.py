@@ -87,3 +87,12 @@ def tiny_engine(tiny_model_dir):
     from specwhisper import WhisperEngine
 
     return WhisperEngine(tiny_model_dir, compute_type="int8", threads=2, prompt_lookup=False, encoder="ct2")
+
+
+@pytest.fixture(scope="module")
+def torch():
+    """torch for the converter tests (the test extra installs it with transformers), on 2 threads."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    torch.set_num_threads(2)
+    return torch

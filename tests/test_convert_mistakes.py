@@ -24,14 +24,6 @@ from specwhisper.errors import ModelError
 
 
 @pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    torch.set_num_threads(2)
-    return torch
-
-
-@pytest.fixture(scope="module")
 def hf_model(torch):
     """A random WhisperForConditionalGeneration (d_model 64, one layer a side; biases are zero,
     as transformers initializes them)."""

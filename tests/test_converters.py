@@ -23,14 +23,6 @@ N_STEPS = 12
 
 # --- a tiny random Whisper in both checkpoint formats -----------------------------------------
 @pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    torch.set_num_threads(2)
-    return torch
-
-
-@pytest.fixture(scope="module")
 def hf_tiny(torch, tiny_model_dir, tmp_path_factory):
     """(folder, model): a random WhisperForConditionalGeneration saved as a transformers folder."""
     from transformers import WhisperConfig, WhisperForConditionalGeneration
