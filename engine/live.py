@@ -80,6 +80,7 @@ SPEECH_TOKENS_PER_S = 8.0  # more text than anyone speaks (English runs 3-5 toke
 LOW_CONFIDENCE = -0.65  # a pass whose mean token log-probability is below this commits nothing (see _pass)
 EMPTY_KEEP_S = 1.0  # a pass that hears no words keeps this much of the buffer: a word may be starting
 LAST_TAIL_S = 1.0  # a last pass on less audio than this after other passes commits only what it is sure of
+LANGUAGE_MIN_S = 3.0  # language=None: a stream's language is fixed by its first sure pass over this much audio
 # Committed tokens kept as the prompt: about whisper_streaming's 200 characters. Every pass
 # prefills its prompt, and a long one costs: on an Intel Xeon (base int8, invariant decoder, 2
 # cores, a slow spell) 34-43 ms with a bare SOT sequence, 56-71 ms with 64 tokens, 129-184 ms
@@ -87,7 +88,7 @@ LAST_TAIL_S = 1.0  # a last pass on less audio than this after other passes comm
 CONTEXT_TOKENS = 48
 SET_BY_STREAM = ("timestamps", "prefix", "draft_hint", "clip_timestamps", "condition_on_previous_text",
                  "progress", "multilingual", "word_timestamps", "hallucination_silence_threshold", "max_new_tokens",
-                 "chunk_length")
+                 "chunk_length", "batch_size", "scores")
 
 
 @dataclass(frozen=True)
@@ -337,8 +338,10 @@ class LiveStream(ChunkConsumer):
         seconds = buffer.size / SAMPLE_RATE
         hint = self._previous[len(prefix):] if self._previous else []
         previous = self._initial + context
-        cap = min(int(max(LOOP_TOKENS_MIN, LOOP_TOKENS_PER_S * seconds)) + 1,
-                  len(hint) + round(LOOP_TOKENS_PER_S * self._step / SAMPLE_RATE) + LOOP_MARGIN)
+        cap = int(max(LOOP_TOKENS_MIN, LOOP_TOKENS_PER_S * seconds)) + 1
+        if self._previous is not None:  # no previous pass (the first, or one after an unsure pass): the
+            # audio's bound alone (a cap of a step's worth cut such a pass short, and a last pass with it)
+            cap = min(cap, len(hint) + round(LOOP_TOKENS_PER_S * self._step / SAMPLE_RATE) + LOOP_MARGIN)
         prompt = (1 + min(len(previous), MAX_POSITIONS // 2 - 1) if previous else 0) + 4 + len(prefix)
         options = dict(self._options, language=self.language, task=self.task, timestamps="on",
                        initial_prompt=tuple(previous), prefix=tuple(prefix) or None, scores=True,
@@ -373,8 +376,11 @@ class LiveStream(ChunkConsumer):
         # first turns, and the trimmed buffer then loses the speech after it.
         self._looped_pass = looped
         self._unsure = looped or (window.avg_logprob is not None and window.avg_logprob < LOW_CONFIDENCE)
-        if self.language is None and any(t < self._eot for t in tokens):
-            self.language = transcription.language  # detected once, on the first pass that heard words
+        if self.language is None and not self._unsure and seconds >= LANGUAGE_MIN_S \
+                and any(t < self._eot for t in tokens):
+            # detected once, on the first sure pass over enough audio: a first second's guess (a
+            # hallucinated " Thank you.") fixed English for a Japanese stream; until then each pass detects
+            self.language = transcription.language
         return tokens
 
     def _account(self, window: WindowResult, transcription, buffer: np.ndarray, options: dict,

@@ -152,6 +152,9 @@ def test_bad_input_gives_clear_errors(engine):
         engine.stream("en", step_s=7.6, max_buffer_s=15)
     with pytest.raises(OptionError, match="draft_hint"):
         engine.transcribe(audio, draft_hint="abc")
+    for name, value in (("batch_size", 8), ("scores", False)):  # were accepted, then warned or overridden
+        with pytest.raises(OptionError, match=f"{name} is not an option of a live stream"):
+            engine.stream("en", **{name: value})
 
 
 def test_cli_stream_json_lines_and_missing_microphone(engine, shared_data, capsys):
@@ -371,7 +374,7 @@ def test_committed_text_matches_offline_in_order_and_bounded(base_stream_engine,
     assert [e for e in events if e.kind == "tentative"][-1].text == ""
 
 
-def test_an_unsure_pass_commits_nothing(engine, longform, monkeypatch):
+def test_an_unsure_pass_commits_nothing(engine, longform, shared_data, monkeypatch):
     """A pass whose mean token log-probability is below ``LOW_CONFIDENCE`` commits nothing and is
     not agreed with (a hallucination on hard audio repeats itself pass after pass): with every pass
     unsure, nothing of an 8 s stretch is committed before ``finish()``, which commits the last
@@ -384,10 +387,30 @@ def test_an_unsure_pass_commits_nothing(engine, longform, monkeypatch):
     fed = [e for i in range(0, audio.size, SAMPLE_RATE) for e in stream.feed(audio[i:i + SAMPLE_RATE])]
     assert stream.totals["passes"] >= 7 and not [e for e in fed if e.kind == "commit" and e.text.strip()]
     assert {"fellow", "americans"} <= set(_words(_committed(stream.finish())))
+    # the last pass decodes all it has: after an unsure pass a pass was capped at a step's worth of
+    # tokens (26), and finish() committed the first sentence of 14 s of read speech
+    read = load_audio(shared_data / "longform/ljspeech_LJ001-0001_to_0032_concat.flac")[:14 * SAMPLE_RATE]
+    stream = engine.stream("en", numerics="batch-invariant", draft_len=DRAFT_LEN)
+    fed = [e for i in range(0, read.size, SAMPLE_RATE) for e in stream.feed(read[i:i + SAMPLE_RATE])]
+    assert not _committed(fed).strip()
+    last, offline = (len(engine.tokenizer.encode(text)) for text in (
+        _committed(stream.finish()), engine.transcribe(read, language="en", numerics="batch-invariant").text))
+    assert last >= 0.9 * offline > 26, (last, offline)
     monkeypatch.setattr(live, "LOW_CONFIDENCE", float("-inf"))
     sure = engine.stream("en", numerics="batch-invariant", draft_len=DRAFT_LEN)
     fed = [e for i in range(0, audio.size, SAMPLE_RATE) for e in sure.feed(audio[i:i + SAMPLE_RATE])]
     assert "fellow" in _words(_committed(fed))
+
+
+def test_a_streams_language_is_not_fixed_by_its_first_seconds_guess(base_stream_engine, shared_data):
+    """``language=None``: the language was fixed by the first pass that heard words, a 1 s guess (a
+    Japanese stream decoded as English nonsense after " Thank you."); now by the first sure pass
+    over ``LANGUAGE_MIN_S`` of audio."""
+    audio = load_audio(shared_data / "read/audio/multilingual_common_voice_ja_24511055.flac")
+    assert base_stream_engine.transcribe(audio).language == "ja"
+    stream = base_stream_engine.stream(None)
+    list(stream.events(audio[i:i + SAMPLE_RATE] for i in range(0, audio.size, SAMPLE_RATE)))
+    assert stream.language == "ja"
 
 
 def test_a_full_buffer_with_no_segment_end_keeps_the_audio_after_the_last_word(engine, longform, monkeypatch):
