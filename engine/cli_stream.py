@@ -27,7 +27,10 @@ def add_stream_parser(sub, add_model_args) -> None:
                                    "each pass is drafted by the pass before (lossless).")
     s.add_argument("source", help="audio file, '-' for stdin (a WAV stream, or raw 16 kHz mono s16le PCM), or 'mic'")
     add_model_args(s)
-    s.add_argument("--language", default=None, help="language code (default: detect on the first words)")
+    s.add_argument("--language", default=None, help="language code (default: the token map's, else detected once "
+                                                    "a pass is sure of 3 s of speech)")
+    s.add_argument("--tokenmap", default=None, help="a token map (specwhisper tokenmap build): it drafts too, and "
+                                                    "sets the language unless --language is given")
     s.add_argument("--task", default="transcribe", choices=["transcribe", "translate"])
     s.add_argument("--step", type=step_seconds, default=1.0, help="seconds of new audio between passes (default 1; "
                                                                   f"{MIN_STEP_S:g} to {MAX_STEP_S:g})")
@@ -60,7 +63,7 @@ def run_stream(args) -> int:
     chunks = audio_source(args.source, args.realtime, "specwhisper stream")  # fails before the model loads
     engine = WhisperEngine(args.model, device=args.device, compute_type=args.compute_type, threads=args.threads,
                            decoder_threads=args.decoder_threads, batch_decoder=args.batch_decoder,
-                           encoder=args.encoder)
+                           encoder=args.encoder, tokenmap=args.tokenmap)
     stream = engine.stream(args.language, args.task, args.step, speculation=not args.no_speculation,
                            numerics=args.numerics, audio_ctx=args.audio_ctx,
                            previous_pass_drafts=not args.no_previous_pass)

@@ -94,7 +94,9 @@ SET_BY_STREAM = ("timestamps", "prefix", "draft_hint", "clip_timestamps", "condi
 @dataclass(frozen=True)
 class LiveEvent:
     """What a stream produced. ``kind``: ``commit`` (final text, never retracted; ``start_s`` the
-    start of its segment, ``end_s`` its end where ``segment_end``, else the pass's estimate) or
+    start of its segment, ``end_s`` its end where ``segment_end``, else the pass's estimate, which a
+    later commit of the same segment may put earlier; a commit that only closes its segment has
+    empty ``text``: a caption shows the segment's text so far and ends it there) or
     ``tentative`` (the text after the committed part in the latest pass, replaced by the next
     tentative event; empty once everything is committed)."""
 

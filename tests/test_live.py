@@ -157,7 +157,7 @@ def test_bad_input_gives_clear_errors(engine):
             engine.stream("en", **{name: value})
 
 
-def test_cli_stream_json_lines_and_missing_microphone(engine, shared_data, capsys):
+def test_cli_stream_json_lines_and_missing_microphone(engine, shared_data, capsys, tmp_path):
     from specwhisper.cli import main
 
     path = shared_data / "real/audio/jfk.flac"
@@ -168,6 +168,15 @@ def test_cli_stream_json_lines_and_missing_microphone(engine, shared_data, capsy
     assert {e["type"] for e in events} == {"commit", "tentative"} and "passes" in out.err
     text = "".join(e["text"] for e in events if e["type"] == "commit")
     assert "ask not what your country can do for you" in text.lower()
+    # a token map on the command line too (README: it sets the stream's language); it drafts, losslessly
+    from specwhisper.tokenmap import build_token_map
+
+    tmap = build_token_map(["Ask not what your country can do for you."] * 3, engine.tokenizer).save(
+        tmp_path / "jfk.tmap")
+    assert main(["stream", str(path), "--model", str(engine.model_dir), "--threads", "2", "--tokenmap", str(tmap),
+                 "--output-format", "json"]) == 0
+    mapped = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert "ask not what your country" in "".join(e["text"] for e in mapped if e["type"] == "commit").lower()
     try:
         import sounddevice  # noqa: F401
     except ImportError:
