@@ -35,7 +35,8 @@ WRITE_ERRNOS = frozenset(_HINTS)  # a write's own failures (an HTTP error is an 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # the temporary name adds 14 characters: a name near the file system's 255 would fail there only
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:200]}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs should look like any other file
         with os.fdopen(fd, "wb") as fh:

@@ -67,11 +67,24 @@ def test_folders_globs_and_manifests_expand_with_names_that_keep_subfolders(tmp_
     assert len(expand_inputs([str(first), str(first), f"{folder}/./{first.name}"])) == 1  # once, however named
 
 
+def test_a_linked_subfolder_is_followed_and_a_link_loop_ends(tmp_path):
+    """An archive linking its older years in: ``rglob`` skipped the linked folder's files without a word."""
+    (tmp_path / "arch" / "new").mkdir(parents=True)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "arch" / "new" / "x.flac").write_bytes(b"")
+    (tmp_path / "old" / "y.flac").write_bytes(b"")
+    (tmp_path / "arch" / "old").symlink_to(tmp_path / "old")
+    (tmp_path / "arch" / "new" / "loop").symlink_to(tmp_path / "arch")
+    assert [item.name for item in expand_inputs([str(tmp_path / "arch")])] == ["new/x", "old/y"]
+
+
 @pytest.mark.parametrize("manifest, message", [
     ('{"path": "missing.flac"}\n', "not there"),
     ("not json\n", "not JSON"),
     ('{"name": "x"}\n', "without a path"),
     ('{"path": "a.flac", "name": "../escape"}\n', "relative path inside the output folder"),
+    ('{"path": "a.flac", "name": "."}\n', "relative path inside the output folder"),  # was an IndexError
+    ('{"path": "a.flac", "name": "calls/"}\n', "relative path inside the output folder"),  # wrote calls/.json
 ])
 def test_a_bad_manifest_line_is_named_with_its_line(tmp_path, manifest, message):
     (tmp_path / "a.flac").write_bytes(b"")
@@ -102,6 +115,12 @@ def test_two_inputs_for_one_name_and_missing_inputs_are_errors(tmp_path):
     with pytest.raises(SpecWhisperError, match="same outputs") as err:
         expand_inputs([str(manifest)])
     assert err.value.where == f"{manifest}:2" and "manifest row" in err.value.hint
+    # one output path spelt three ways: three calls wrote one file, and the job said all were done
+    manifest.write_text('{"path": "a/x.flac", "name": "c/n"}\n{"path": "b/x.flac", "name": "c/./n"}\n')
+    with pytest.raises(SpecWhisperError, match=r"same outputs \(c/n\.\*\)"):
+        expand_inputs([str(manifest)])
+    manifest.write_text('{"path": "a/x.flac", "name": "c//n"}\n')
+    assert [item.name for item in expand_inputs([str(manifest)])] == ["c/n"]
     table = tmp_path / "m.csv"  # an unquoted comma made a third field, which was dropped
     table.write_text("path,name\na/x.flac,one\nb/x.flac,two,three\n")
     with pytest.raises(SpecWhisperError, match="3 fields under a header of 2") as err:
@@ -193,6 +212,10 @@ def test_process_pool_equals_sequential_resumes_and_redoes_what_changed(tmp_path
     more = transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json", "txt"), **options)
     assert [o.status for o in more.outcomes] == ["done"] * 4  # a format not recorded: run again
     assert len(list((tmp_path / "pool").rglob("*.txt"))) == 4
+    # the srt of the first run is whole and still recorded: a run in other formats kept it (json,
+    # then txt, then json again decoded every input three times)
+    assert [o.status for o in transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("srt",),
+                                               **options).outcomes] == ["skipped"] * 4
     edited = next((tmp_path / "pool").rglob("*.txt"))
     edited.write_text("edited by hand\n")  # a format this rerun does not ask for: not read
     assert [o.status for o in transcribe_batch([str(folder)], str(tmp_path / "pool"), formats=("json",),
@@ -401,13 +424,14 @@ def test_stitched_times_stay_within_their_piece():
 
 def test_a_long_file_cut_into_pieces_is_stitched_with_its_times(tmp_path, shared_data, tiny_model_dir):
     """Pieces cut inside silences, decoded by two processes, stitched: the file's tokens are its
-    pieces' tokens (each the same as that stretch transcribed alone), times shifted into the file's."""
+    pieces' tokens (each the same as that stretch transcribed alone with timestamps, as the whole
+    file is), times shifted into the file's."""
     from specwhisper import WhisperEngine
     from specwhisper.audio import SAMPLE_RATE, load_audio
 
     audio = shared_data / "longform" / "longform.flac"
     options = _options(tiny_model_dir)
-    report = transcribe_batch([str(audio)], str(tmp_path / "out"), formats=("json", "vtt"), workers=2, piece_s=60,
+    report = transcribe_batch([str(audio)], str(tmp_path / "out"), formats=("json", "vtt"), workers=2, piece_s=40,
                               **options)
     assert report.ok and [o.name for o in report.outcomes] == ["longform"]
     data = json.loads((tmp_path / "out" / "longform.json").read_text())
@@ -425,11 +449,14 @@ def test_a_long_file_cut_into_pieces_is_stitched_with_its_times(tmp_path, shared
     alone = []
     for piece in pieces:
         stretch = waveform[round(piece["start_s"] * SAMPLE_RATE):round(piece["end_s"] * SAMPLE_RATE)]
-        alone += engine.transcribe(stretch, language="en", numerics=settled["numerics"]).tokens
+        # with timestamps, as the whole file has them: a piece under 30 s lost them, its text one cue
+        alone += engine.transcribe(stretch, language="en", numerics=settled["numerics"], timestamps="on").tokens
     engine.close()
     assert data["tokens"] == alone
     assert not list((tmp_path / "out" / LEDGER_DIR / "pieces").glob("*.json"))  # spent once stitched
-    again = transcribe_batch([str(audio)], str(tmp_path / "out"), formats=("json", "vtt"), workers=2, piece_s=60,
+    assert any(p["end_s"] - p["start_s"] < 30 for p in pieces)  # a piece decoded as a clip of its own would lose them
+    assert len(data["segments"]) > 2 * len(pieces)
+    again = transcribe_batch([str(audio)], str(tmp_path / "out"), formats=("json", "vtt"), workers=2, piece_s=40,
                              **options)
     assert [o.status for o in again.outcomes] == ["skipped"]
 

@@ -10,8 +10,10 @@ times and reported without losing the other files' outputs.
 from __future__ import annotations
 
 import argparse
+import os
 from typing import TextIO
 
+from ..errors import SpecWhisperError
 from .inputs import BatchItem
 from .job import BatchReport, run_batch
 from .worker import Outcome
@@ -44,6 +46,12 @@ def transcribe_batch(inputs: list[str], output_dir: str, *, formats: tuple[str, 
     skipped. ``piece_s``: files over 1.5x this many seconds are cut at silences into pieces that
     workers decode independently, then stitched (``batch.pieces``). ``on_outcome(outcome)`` is called as each input ends; ``stream`` gets progress lines.
     ``options``: the ``transcribe`` command's (``model``, ``language``, ``numerics``, ...)."""
+    _check_not_importing_main(workers, ray)
+    if isinstance(inputs, (str, os.PathLike)):  # one folder, file or manifest (a string was read letter by letter)
+        inputs = [str(inputs)]
+    if isinstance(formats, str):  # "json,srt" as the command line takes it
+        formats = tuple(fmt.strip() for fmt in formats.split(","))
+    formats = tuple(fmt.lower() for fmt in formats)
     misplaced = sorted(set(options) & {"threads", "output_format", "output_dir", "inputs", "threads_per_worker"})
     if misplaced:
         raise TypeError(f"{', '.join(misplaced)}: not an option of transcribe_batch (use threads_per_worker= and "
@@ -53,3 +61,17 @@ def transcribe_batch(inputs: list[str], output_dir: str, *, formats: tuple[str, 
     settings.piece_s = piece_s
     return run_batch(inputs, output_dir, settings, formats=formats, ray=ray, workers=workers, retries=retries,
                      stream=stream, on_outcome=on_outcome)
+
+
+def _check_not_importing_main(workers: int, ray: str | None) -> None:
+    """A script that calls ``transcribe_batch(workers > 1)`` at its top level, without an ``if
+    __name__ == "__main__":`` guard, runs the call again in every pool process as it imports the
+    script (the processes are spawned): each failed, and the job reported every input's worker as
+    dead. Said here, in the process that imports, in words."""
+    import multiprocessing
+
+    if workers > 1 and ray is None and getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise SpecWhisperError("transcribe_batch(workers > 1) was called again by a pool process importing your "
+                               "script", where="transcribe_batch",
+                               hint='put the call under `if __name__ == "__main__":` (pool processes are spawned: '
+                                    "they import the main script)")

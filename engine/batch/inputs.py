@@ -9,6 +9,7 @@ import glob
 import io
 import json
 import os
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,9 @@ class BatchItem:
     end_s: float | None = None
     parent: str | None = None
     origin: str | None = None  # where a manifest named it (``file:line``), for errors
+    # a piece of a file longer than one window: timestamps on under ``--timestamps auto``, as the
+    # whole file would have them (a piece under 30 s decoded as a short clip of its own lost them)
+    timestamps_on: bool = False
 
 
 def expand_inputs(inputs: list[str]) -> list[BatchItem]:
@@ -56,7 +60,7 @@ def expand_inputs(inputs: list[str]) -> list[BatchItem]:
 def _expand_one(spec: str) -> list[BatchItem]:
     path = Path(spec)
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
+        files = sorted(p for p in _walk(path) if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
         return [BatchItem(str(p), str(p.relative_to(path).with_suffix("")).replace("\\", "/")) for p in files]
     if path.is_file() and path.suffix.lower() in MANIFEST_SUFFIXES:
         return read_manifest(path)
@@ -90,14 +94,40 @@ def read_manifest(path: Path) -> list[BatchItem]:
         if not audio_path.is_file():
             raise SpecWhisperError(f"the manifest names a file that is not there: {audio}", where=where,
                                    hint="fix the path (relative paths are taken from the manifest's folder)")
-        name = row.get("name") or audio_path.stem
-        if (not isinstance(name, str) or name.startswith(("/", "..")) or ".." in Path(name).parts
+        name = _normal_name(row.get("name") or audio_path.stem)
+        if (name is None or name.startswith(("/", "..")) or ".." in Path(name).parts
                 or Path(name).parts[0] in RESERVED or "@" in name):
+            name = row.get("name")
             raise SpecWhisperError(f"a name must be a relative path inside the output folder, not {name!r}",
                                    where=where, hint="use names such as call-0001 or 2026/call-0001 (without "
                                    f"@, not under {' or '.join(RESERVED)})")
         items.append(BatchItem(str(audio_path), name, origin=where))
     return items
+
+
+def _walk(folder: Path) -> list[Path]:
+    """Every file below ``folder``, through linked subfolders too (an archive often links its
+    older years in: ``rglob`` skipped them without a word), each real folder once (a link loop
+    ends)."""
+    seen, found = set(), []
+    for root, dirs, files in os.walk(folder, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            dirs.clear()
+            continue
+        seen.add(real)
+        found += [Path(root) / name for name in files]
+    return found
+
+
+def _normal_name(name) -> str | None:
+    """A manifest name as the output path it writes: ``a/./b`` and ``a//b`` are ``a/b`` (told
+    apart as strings, three calls wrote one file and the job said all three were done); None for
+    a name that names no file (``.``, ``a/``, not a string)."""
+    if not isinstance(name, str) or not name.strip() or name.endswith(("/", "\\")):
+        return None
+    normal = posixpath.normpath(name.replace("\\", "/"))
+    return None if normal in (".", "") or normal.endswith("/.") else normal
 
 
 def _jsonl_rows(path: Path) -> list[tuple[int, dict]]:
@@ -161,9 +191,12 @@ def unique_names(items: list[BatchItem], hint: str = BATCH_NAMES_HINT) -> list[B
         if other == real and len(seen) > len(unique):
             unique.append(item)
         elif other != real:
+            same_folder = os.path.dirname(other) == os.path.dirname(real)  # call.wav and call.flac
             raise SpecWhisperError(f"two inputs would write the same outputs ({item.name}.*): {other} and {item.path}",
                                    where=item.origin or item.path,
-                                   hint="give each manifest row its own name" if item.origin else hint)
+                                   hint="give each manifest row its own name" if item.origin else
+                                   "rename one of them, or give them names of their own in a manifest" if same_folder
+                                   else hint)
     return unique
 
 

@@ -81,10 +81,26 @@ def write_record(output_dir: str | Path, name: str, audio_path: str, key: str, o
     """Record a finished input; written last, after its outputs, so a record means they are whole.
     ``stamp``: the input's size and time taken before it was read, so that a file still being
     written while it was transcribed is not recorded as done with the bytes it has now."""
+    written = {str(p.relative_to(output_dir)): sha256_file(p) for p in outputs}
     record = {"input": os.path.abspath(audio_path), **stamp, "settings": key,
-              "duration_s": round(duration_s, 3),
-              "outputs": {str(p.relative_to(output_dir)): sha256_file(p) for p in outputs}}
+              "duration_s": round(duration_s, 3), "outputs": _still_whole(output_dir, name, audio_path, key, stamp)
+              | written}
     return atomic_write_text(record_path(output_dir, name), json.dumps(record, indent=1) + "\n")
+
+
+def _still_whole(output_dir: str | Path, name: str, audio_path: str, key: str, stamp: dict) -> dict[str, str]:
+    """The outputs an earlier record of this input (same file, same options) lists that still
+    have its bytes: a run in other formats keeps them recorded (json, then txt, then json again
+    decoded everything three times, though the README says fewer formats redo nothing)."""
+    try:
+        earlier = json.loads(record_path(output_dir, name).read_text(encoding="utf-8"))
+        if (earlier["settings"] != key or earlier["input"] != os.path.abspath(audio_path)
+                or (earlier["size"], earlier["mtime_ns"]) != (stamp["size"], stamp["mtime_ns"])):
+            return {}
+        return {rel: digest for rel, digest in earlier["outputs"].items()
+                if sha256_file(Path(output_dir) / rel) == digest}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def is_done(output_dir: str | Path, name: str, audio_path: str, key: str, wanted: Sequence[Path] = ()) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..audio import SAMPLE_RATE
+from ..features import N_FRAMES
 from ..results import Segment
 from ..word_timestamps import Word
 from .inputs import BatchItem
@@ -40,7 +41,8 @@ def plan_pieces(item: BatchItem, waveform: np.ndarray, piece_s: float) -> tuple[
         target = cut + piece_s
     cuts.append(duration)
     pieces = [replace(item, name=f"{item.name}@{round(a * 1000)}-{round(b * 1000)}", duration_s=b - a,
-                      start_s=a, end_s=b, parent=item.name) for a, b in zip(cuts, cuts[1:])]
+                      start_s=a, end_s=b, parent=item.name, timestamps_on=duration > N_FRAMES / 100)
+              for a, b in zip(cuts, cuts[1:])]
     return pieces, method
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
+import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -36,6 +38,7 @@ def connect(address: str, num_cpus: int) -> bool:
     if ray.is_initialized():
         return False
     options = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    on_term = signal.getsignal(signal.SIGTERM)
     try:
         if address == "local":
             ray.init(num_cpus=num_cpus, **options)
@@ -45,6 +48,10 @@ def connect(address: str, num_cpus: int) -> bool:
         raise SpecWhisperError(f"cannot reach a Ray cluster: {exc}", where=f"--ray {address}",
                                hint="start one with 'ray start --head' (then --ray auto), give its address "
                                     "(ray://host:10001 or host:6379), or use --ray local") from None
+    if callable(on_term) and threading.current_thread() is threading.main_thread():
+        # Ray's init puts in its own SIGTERM handler (a native stack dump, exit 15): the command's
+        # own one unwinds the job as Ctrl-C does (whole files kept, Ray shut down, exit 143)
+        signal.signal(signal.SIGTERM, on_term)
     return True
 
 

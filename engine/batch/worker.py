@@ -5,6 +5,7 @@ each process of a local pool and in each Ray actor, so a file gets the same text
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import tempfile
 import time
@@ -116,7 +117,8 @@ class BatchWorker:
             return Outcome(item.path, item.name, "skipped", audio_s=item.duration_s or 0.0, worker=self.name)
         try:
             stamp = ledger.input_stamp(item.path)
-            result = self._transcribe(item.path if item.parent is None else _piece_audio(item), None)
+            with _timestamps_for(item, self.settings):
+                result = self._transcribe(item.path if item.parent is None else _piece_audio(item), None)
             if ledger.input_stamp(item.path) != stamp:
                 return self._failed(item, "the file changed while it was transcribed", True, start)
             written = (self._write(item, result, stamp) if item.parent is None
@@ -180,3 +182,15 @@ def _piece_audio(item: BatchItem):
 def _duration(result, item: BatchItem) -> float:
     duration = getattr(result, "duration_s", None) or result.to_dict().get("duration_s")
     return float(duration if duration is not None else item.duration_s or 0.0)
+
+
+@contextlib.contextmanager
+def _timestamps_for(item: BatchItem, settings: argparse.Namespace):
+    """A piece of a long file decodes with timestamps under ``auto`` (``BatchItem.timestamps_on``)."""
+    before = settings.timestamps
+    if item.timestamps_on and before == "auto":
+        settings.timestamps = "on"
+    try:
+        yield
+    finally:
+        settings.timestamps = before
