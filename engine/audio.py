@@ -60,32 +60,28 @@ def load_audio(source: AudioInput, sample_rate: int | None = None) -> np.ndarray
 def _decode(source: Path | io.BytesIO, where: str, suffix: str) -> np.ndarray:
     import soundfile as sf
 
-    if suffix in _SOUNDFILE_SUFFIXES or suffix == "":
+    # MP3 through libsndfile (1.1+) where PyAV, which decodes it otherwise, is not installed
+    mp3 = suffix == ".mp3" and not _av_installed() and _libsndfile_reads_mp3()
+    if suffix in _SOUNDFILE_SUFFIXES or suffix == "" or mp3:
         try:
             data, rate = sf.read(source, dtype="float32", always_2d=True)
             return _normalise(data, rate, where)
         except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
+            if mp3:
+                raise AudioError(f"cannot decode MP3 audio: {exc}", where=where,
+                                 hint="the file may be corrupt; or pip install 'specwhisper[av]' (FFmpeg's decoder)") from None
             if suffix in _SOUNDFILE_SUFFIXES:
                 raise AudioError(f"cannot decode audio: {exc}", where=where,
                                  hint="the file may be corrupt or not audio; convert it to 16-bit WAV or FLAC") from None
             if isinstance(source, io.BytesIO):
                 source.seek(0)
-    return _decode_with_av(source, where, suffix)
+    return _decode_with_av(source, where)
 
 
-def _decode_with_av(source: Path | io.BytesIO, where: str, suffix: str = "") -> np.ndarray:
+def _decode_with_av(source: Path | io.BytesIO, where: str) -> np.ndarray:
     try:
         import av
     except ImportError:
-        if suffix == ".mp3" and _libsndfile_reads_mp3():  # libsndfile 1.1+ decodes MP3: no extra needed
-            import soundfile as sf
-
-            try:
-                data, rate = sf.read(source, dtype="float32", always_2d=True)
-            except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
-                raise AudioError(f"cannot decode MP3 audio: {exc}", where=where,
-                                 hint="the file may be corrupt; or pip install 'specwhisper[av]' (FFmpeg's decoder)") from None
-            return _normalise(data, rate, where)
         if isinstance(source, io.BytesIO):  # raw samples are the usual mistake here, not an mp3
             raise AudioError("these bytes are not WAV, FLAC or OGG, and other formats need PyAV, which is not "
                              "installed", where=where, hint="bytes are an audio file's contents; raw 16-bit PCM is "
@@ -191,6 +187,14 @@ def speech_seconds(samples: np.ndarray, sample_rate: int = SAMPLE_RATE, frame_s:
     if loud.size == 0:  # digital silence
         return samples.size / sample_rate
     return (int(loud[-1]) - int(loud[0]) + 1) * frame_s
+
+
+def _av_installed() -> bool:
+    try:
+        import av  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _libsndfile_reads_mp3() -> bool:

@@ -8,14 +8,12 @@ temporary directory, verifies, then renames, so an interrupted pull leaves no ha
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -337,22 +335,16 @@ def pull(name: str, *, quiet: bool = False, repair: bool = False) -> Path:
             except ModelError:  # the weights hold and their int8 copy does not: made again at next use
                 shutil.rmtree(models_dir() / f"{name}-int8", ignore_errors=True)
             return dest
-    with _writing_the_cache(dest.parent):
-        return _pull_into(name, spec, dest, quiet)
-
-
-@contextlib.contextmanager
-def _writing_the_cache(folder: Path) -> Iterator[None]:
-    """A write into the model cache that fails (read-only, a file in the way, a full disk) as one
-    clear ModelError naming the folder, not an OSError's traceback."""
     try:
-        yield
+        return _pull_into(name, spec, dest, quiet)
     except OSError as exc:
-        raise _cache_write_error(exc, folder) from None
+        raise _cache_write_error(exc, dest.parent) from None
 
 
 def _cache_write_error(exc: OSError, folder: Path) -> ModelError:
-    err = write_failure(exc, folder, "into the model cache", error=ModelError)
+    """A write into the model cache that failed (read-only, a file in the way, a full disk) as one
+    clear ModelError naming the folder, not an OSError's traceback."""
+    err = write_failure(exc, folder, "into the model cache")
     return ModelError(err.what, where=err.where, hint=f"{err.hint}; SPECWHISPER_CACHE sets the cache's folder")
 
 

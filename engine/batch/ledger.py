@@ -82,25 +82,27 @@ def write_record(output_dir: str | Path, name: str, audio_path: str, key: str, o
     ``stamp``: the input's size and time taken before it was read, so that a file still being
     written while it was transcribed is not recorded as done with the bytes it has now."""
     written = {str(p.relative_to(output_dir)): sha256_file(p) for p in outputs}
+    # an earlier record's outputs that still have its bytes stay recorded: a run in other formats
+    # keeps them (json, then txt, then json again decoded everything three times)
+    try:
+        earlier = _record_for(output_dir, name, audio_path, key, stamp) or {"outputs": {}}
+        kept = {rel: digest for rel, digest in earlier["outputs"].items()
+                if rel not in written and sha256_file(Path(output_dir) / rel) == digest}
+    except (OSError, ValueError, KeyError, TypeError):
+        kept = {}
     record = {"input": os.path.abspath(audio_path), **stamp, "settings": key,
-              "duration_s": round(duration_s, 3), "outputs": _still_whole(output_dir, name, audio_path, key, stamp)
-              | written}
+              "duration_s": round(duration_s, 3), "outputs": kept | written}
     return atomic_write_text(record_path(output_dir, name), json.dumps(record, indent=1) + "\n")
 
 
-def _still_whole(output_dir: str | Path, name: str, audio_path: str, key: str, stamp: dict) -> dict[str, str]:
-    """The outputs an earlier record of this input (same file, same options) lists that still
-    have its bytes: a run in other formats keeps them recorded (json, then txt, then json again
-    decoded everything three times, though the README says fewer formats redo nothing)."""
-    try:
-        earlier = json.loads(record_path(output_dir, name).read_text(encoding="utf-8"))
-        if (earlier["settings"] != key or earlier["input"] != os.path.abspath(audio_path)
-                or (earlier["size"], earlier["mtime_ns"]) != (stamp["size"], stamp["mtime_ns"])):
-            return {}
-        return {rel: digest for rel, digest in earlier["outputs"].items()
-                if sha256_file(Path(output_dir) / rel) == digest}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
+def _record_for(output_dir: str | Path, name: str, audio_path: str, key: str, stamp: dict) -> dict | None:
+    """``name``'s record where it is of this input file (path, size, time) and these options,
+    else None; an absent or damaged record raises (OSError, ValueError, KeyError, TypeError)."""
+    record = json.loads(record_path(output_dir, name).read_text(encoding="utf-8"))
+    if (record["settings"] != key or record["size"] != stamp["size"] or record["mtime_ns"] != stamp["mtime_ns"]
+            or record["input"] != os.path.abspath(audio_path)):
+        return None
+    return record
 
 
 def is_done(output_dir: str | Path, name: str, audio_path: str, key: str, wanted: Sequence[Path] = ()) -> bool:
@@ -108,11 +110,11 @@ def is_done(output_dir: str | Path, name: str, audio_path: str, key: str, wanted
     options, and every file of ``wanted`` (the outputs this run asks for) is among them; with
     ``wanted``, only those are read (an output of a format not asked for may have been edited)."""
     try:
-        record = json.loads(record_path(output_dir, name).read_text(encoding="utf-8"))
-        stamp = input_stamp(audio_path)
+        record = _record_for(output_dir, name, audio_path, key, input_stamp(audio_path))
+        if record is None:
+            return False
         asked = {str(Path(p).relative_to(output_dir)) for p in wanted} or record["outputs"].keys()
-        if (record["settings"] != key or record["size"] != stamp["size"] or record["mtime_ns"] != stamp["mtime_ns"]
-                or record["input"] != os.path.abspath(audio_path) or not asked <= record["outputs"].keys()):
+        if not asked <= record["outputs"].keys():
             return False
         return all(sha256_file(Path(output_dir) / rel) == record["outputs"][rel] for rel in asked)
     except (OSError, ValueError, KeyError, TypeError):  # no record, a damaged one, an output gone: do it again

@@ -193,12 +193,12 @@ class TokenMapDrafter:
             fingerprint, vocab = self.static.header.fingerprint, self.static.header.vocab_size
         else:
             raise TokenMapError("cannot save a learned map without a tokenizer to fingerprint it", where=str(path))
+        base = self.static if self.save_merged else None
         if self._static_file is None or self._static_file[0] != Path(path).resolve():  # nothing to merge with
-            base = self.static if self.save_merged else None
             return self.dynamic.to_token_map(fingerprint, vocab, base=base).save(path)
         target = self._static_file[0]  # the file itself: a save through a symlink must not replace the link
         with exclusive_lock(target.parent / f".{target.name}.lock"):  # processes saving into one map keep each one's learning
-            learned = self.dynamic.to_token_map(fingerprint, vocab, base=self._merge_base(target))
+            learned = self.dynamic.to_token_map(fingerprint, vocab, base=self._merge_base(target, base))
             saved = learned.save(target)
             self._static_file = (target, file_stamp(saved))  # this save is not another's
             return saved
@@ -217,13 +217,12 @@ class TokenMapDrafter:
         finally:
             self.learning = before
 
-    def _merge_base(self, target: Path):
-        """The map the learned utterances are merged into: the static map as loaded, or, where the
+    def _merge_base(self, target: Path, base):
+        """The map the learned utterances are merged into: ``base`` (the static map as loaded), or, where the
         target is the static map's own file and another process wrote it since it was loaded, that
         file as it is now (it holds the static map and the other's learning). Not handled: a run
         that saves, then saves again after another's save, counts its first part twice (counts
         grow; nothing is lost)."""
-        base = self.static if self.save_merged else None
         if base is None or file_stamp(target) in (None, self._static_file[1]):
             return base
         from specwhisper.tokenmap import load_token_map
