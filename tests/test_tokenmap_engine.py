@@ -171,7 +171,10 @@ def test_learning_without_speculation_still_learns(tiny_engine, shared_data, tmp
     call (windows decoded together learn in their order too)."""
     engine = WhisperEngine(loaded=tiny_engine.lm, learn=True)  # the loaded model, shared
     first, second, third = (c["path"] for c in clips(shared_data, "car")[:3])
-    engine.transcribe(first, language="en", speculation=False)
+    plain = engine.transcribe(first, language="en", numerics="batch-invariant", speculation=False)
+    # the learner never drafts: the call is the oracle's, token for token
+    assert plain.stats["drafted"] == 0 and plain.tokens == tiny_engine.transcribe(
+        first, language="en", numerics="batch-invariant", speculation=False).tokens
     engine.transcribe(second, language="en", numerics="batch-invariant", draft_len=0)
     engine.transcribe(third, language="en", beam_size=2)  # CTranslate2's own search: nothing drafts, it learns
     assert load_token_map(engine.save_learned(tmp_path / "l.tmap")).stats()["transcripts"] == 3
