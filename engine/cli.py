@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"specwhisper {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.command_parsers = sub.choices  # type: ignore[attr-defined]
 
     t = sub.add_parser("transcribe", help="transcribe audio files",
                        description="Transcribe audio files. Speculation never changes the text: with the same "
@@ -156,9 +157,25 @@ def _add_optional_subcommands(sub) -> None:
         add_tokenmap_parser(sub)
 
 
+def _replace_what_the_terminal_cannot_print() -> None:
+    """Text Python's stdout/stderr encoding cannot write (a Japanese transcript with
+    PYTHONIOENCODING=ascii, a Windows console's code page) is written escaped, not a
+    UnicodeEncodeError after the work is done; UTF-8 output is left as it is."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a closed or foreign stream: leave it
+                pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # named by the command's own usage (argparse names the top level's, which lists no option)
+        (parser.command_parsers.get(args.command) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    _replace_what_the_terminal_cannot_print()
     if args.command is None:
         parser.print_help()
         return 2

@@ -16,7 +16,7 @@ import sys
 import time
 
 from .cli_audio import audio_source
-from .live import MAX_STEP_S, MIN_STEP_S
+from .live import MAX_STEP_S, MIN_STEP_S, SILENCE_S, check_gate_options
 from .sigterm import Terminated
 
 
@@ -43,6 +43,12 @@ def add_stream_parser(sub, add_model_args) -> None:
     s.add_argument("--numerics", default="auto", choices=["auto", "batch-invariant", "single-row"])
     s.add_argument("--audio-ctx", default="auto", help="encoder context of a pass: auto (fitted to the buffer, "
                                                        "default), full, or mel frames 600|1000|1500|2000")
+    s.add_argument("--endpointing", default="auto", choices=["auto", "vad", "energy", "off"],
+                   help="what finds speech: auto (Silero VAD where the [vad] extra is installed, else frame energy), "
+                        "vad, energy, or off. Audio without speech is not decoded (Whisper writes text into noise), "
+                        "and an utterance is committed once --silence-ms of non-speech follows it")
+    s.add_argument("--silence-ms", type=int, default=round(SILENCE_S * 1000),
+                   help=f"non-speech that ends an utterance (default {round(SILENCE_S * 1000)})")
     s.add_argument("--stats", action="store_true", help="print pass counts, decoder calls and acceptance at the end")
 
 
@@ -60,13 +66,15 @@ def step_seconds(value: str) -> float:
 def run_stream(args) -> int:
     from .transcriber import WhisperEngine
 
+    check_gate_options(args.endpointing, args.silence_ms / 1000)
     chunks = audio_source(args.source, args.realtime, "specwhisper stream")  # fails before the model loads
     engine = WhisperEngine(args.model, device=args.device, compute_type=args.compute_type, threads=args.threads,
                            decoder_threads=args.decoder_threads, batch_decoder=args.batch_decoder,
                            encoder=args.encoder, tokenmap=args.tokenmap)
     stream = engine.stream(args.language, args.task, args.step, speculation=not args.no_speculation,
                            numerics=args.numerics, audio_ctx=args.audio_ctx,
-                           previous_pass_drafts=not args.no_previous_pass)
+                           previous_pass_drafts=not args.no_previous_pass, endpointing=args.endpointing,
+                           silence_s=args.silence_ms / 1000)
     show = _json_printer() if args.output_format == "json" else _text_printer(sys.stdout.isatty())
     t0 = time.perf_counter()
     try:
@@ -86,7 +94,9 @@ def run_stream(args) -> int:
         print(f"[stream] {stream.time_s:.1f} s of audio, {t['passes']} passes in {wall:.1f} s "
               f"(RTF {wall / max(stream.time_s, 1e-9):.2f}), decoder calls {t['decoder_calls']} for {t['tokens']} "
               f"tokens, previous-pass drafts {t['hint_accepted']}/{t['hint_drafted']} accepted ({ratio:.2f}), "
-              f"encoder {t['encoder_s']:.1f} s, decoder {t['decoder_s']:.1f} s", file=sys.stderr)
+              f"encoder {t['encoder_s']:.1f} s, decoder {t['decoder_s']:.1f} s; endpointing {stream.endpointing}: "
+              f"{t['gated_s']:.1f} s without speech not decoded, {t['utterance_ends']} utterance ends",
+              file=sys.stderr)
     return 0
 
 

@@ -284,20 +284,20 @@ def check_listener_options(silence_s: float = 0.6, max_utterance_s: float = 15.0
                            complete_p: float = COMPLETE_P) -> None:
     """Raise ``OptionError`` for an endpointing option out of range (the CLI asks before loading a model)."""
     if complete_s is not None:
-        _check_range("complete_s", complete_s, 0.03, silence_s,
+        check_range("complete_s", complete_s, 0.03, silence_s,
                      f"a silence shorter than silence_s ({silence_s}), e.g. 0.1, or None (off)",
                      cli=("--complete-ms", 1000))
-    _check_range("complete_p", complete_p, 0.0, 1.0, f"e.g. {COMPLETE_P}")
-    _check_range("silence_s", silence_s, 0.1, 5.0, "e.g. 0.6 (seconds of silence that end a command)")
-    _check_range("max_utterance_s", max_utterance_s, 1.0, MAX_UTTERANCE_S, "e.g. 15")
-    _check_range("min_speech_s", min_speech_s, 0.0, max_utterance_s, "e.g. 0.15")
-    _check_range("pad_s", pad_s, 0.0, 1.0, "e.g. 0.3")
-    _check_range("vad_threshold", vad_threshold, 0.01, 0.99, "e.g. 0.5 (Silero's speech probability)")
+    check_range("complete_p", complete_p, 0.0, 1.0, f"e.g. {COMPLETE_P}")
+    check_range("silence_s", silence_s, 0.1, 5.0, "e.g. 0.6 (seconds of silence that end a command)")
+    check_range("max_utterance_s", max_utterance_s, 1.0, MAX_UTTERANCE_S, "e.g. 15")
+    check_range("min_speech_s", min_speech_s, 0.0, max_utterance_s, "e.g. 0.15")
+    check_range("pad_s", pad_s, 0.0, 1.0, "e.g. 0.3")
+    check_range("vad_threshold", vad_threshold, 0.01, 0.99, "e.g. 0.5 (Silero's speech probability)")
     if energy_threshold_db is not None:
-        _check_range("energy_threshold_db", energy_threshold_db, -100.0, 0.0, "e.g. -40 (dBFS), or None")
+        check_range("energy_threshold_db", energy_threshold_db, -100.0, 0.0, "e.g. -40 (dBFS), or None")
 
 
-def _check_range(name: str, value, low: float, high: float, example: str,
+def check_range(name: str, value, low: float, high: float, example: str,
                  cli: tuple[str, float] | None = None) -> None:
     """``cli``: the command line's flag for the option and its scale (``--complete-ms``: 1000 a
     second), named beside the keyword so that either user reads their own option."""

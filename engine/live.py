@@ -40,6 +40,17 @@ commits what two consecutive passes agree on. This module runs that policy on th
   was unsure on less than ``LAST_TAIL_S`` of audio: then only what the pass before said too, where
   that pass was sure (on half a second left after a trim, base looped on the committed sentence,
   wrote out the whole stream again, or said "Bye." at -0.86 on the breath after jfk's last word);
+* a **speech gate** (``endpointing``: Silero VAD where the ``[vad]`` extra is installed, frame
+  energy otherwise; ``live_gate``) keeps passes off audio without speech: Whisper writes text into
+  noise (" Thank you." on a quiet room after the last sentence, on every second of it), and a
+  stream that decodes a silent room spends its CPU on that. A buffer without speech is not decoded
+  (its last ``EMPTY_KEEP_S`` is kept: a word may be starting, and the detector hears an onset late),
+  non-speech before that much of lead to the speech is dropped,
+  and once ``silence_s`` of non-speech follows the speech the **utterance ends**: a last pass over
+  the speech and its pad commits what it hears (as ``finish`` does, with the rules above) without
+  waiting for two passes to agree, as whisper_streaming's voice-activity controller ends its
+  buffer. A last pass that meets Whisper's no-speech rule (no-speech probability over 0.6 and mean
+  log-probability under -1, the windows ``transcribe`` skips) commits nothing;
 * the previous pass's tokens after the committed prefix are the **draft hint** of the next pass
   (``TranscribeOptions.draft_hint``, ``drafters/previous_pass.py``): most of a pass repeats the
   one before, and the verifier makes that repetition cheap without changing a token.
@@ -64,7 +75,9 @@ from .backend import MAX_POSITIONS
 from .errors import OptionError, SpecWhisperError
 from .fallback import COMPRESSION_RATIO_THRESHOLD, compression_ratio
 from .features import N_FRAMES
+from .listen import check_range
 from .live_agreement import agreed_length, copies_prompt, creeping_loop, cut_repetition
+from .live_gate import GATES, SpeechGate
 from .live_input import ChunkConsumer, ChunkQueue, check_consumer_args
 from .results import WindowResult
 from .timestamps import SECONDS_PER_TIMESTAMP
@@ -80,6 +93,9 @@ SPEECH_TOKENS_PER_S = 8.0  # more text than anyone speaks (English runs 3-5 toke
 LOW_CONFIDENCE = -0.65  # a pass whose mean token log-probability is below this commits nothing (see _pass)
 EMPTY_KEEP_S = 1.0  # a pass that hears no words keeps this much of the buffer: a word may be starting
 LAST_TAIL_S = 1.0  # a last pass on less audio than this after other passes commits only what it is sure of
+SILENCE_S = 0.8  # the speech gate: this much non-speech after speech ends an utterance (see _pass)
+PAD_S = 0.4  # the speech gate: audio kept each side of what the detector heard as speech
+NO_SPEECH_P, NO_SPEECH_LOGPROB = 0.6, -1.0  # Whisper's no-speech rule (offline skips such windows)
 LANGUAGE_MIN_S = 3.0  # language=None: a stream's language is fixed by its first sure pass over this much audio
 # Committed tokens kept as the prompt: about whisper_streaming's 200 characters. Every pass
 # prefills its prompt, and a long one costs: on an Intel Xeon (base int8, invariant decoder, 2
@@ -126,6 +142,13 @@ class PassRecord:
     seconds: float
 
 
+def unspaced_script(char: str) -> bool:
+    """Whether ``char`` is of a script written without spaces between words (Chinese characters,
+    kana), where every character can end a word: a stream of Japanese or Chinese committed
+    nothing until a segment ended, since no token there started with a space."""
+    return "\u3040" <= char <= "\u30ff" or "\u3400" <= char <= "\u9fff" or "\uf900" <= char <= "\ufaff"
+
+
 def decode_pass(engine: WhisperEngine, audio: np.ndarray, **options) -> tuple[WindowResult, object]:
     """Decode ``audio`` as one window (the first of ``engine.transcription``, which decodes lazily,
     so nothing after it runs). Returns the window and the transcription (its language, timings)."""
@@ -133,6 +156,19 @@ def decode_pass(engine: WhisperEngine, audio: np.ndarray, **options) -> tuple[Wi
     for window in transcription:
         return window, transcription
     raise SpecWhisperError("a live pass produced no window", where="live pass")  # not reached: audio is non-empty
+
+
+def check_gate_options(endpointing: str = "auto", silence_s: float = SILENCE_S, pad_s: float = PAD_S,
+                       vad_threshold: float = 0.5) -> None:
+    """Raise ``OptionError`` for a speech-gate option out of range (the CLI asks before loading a model)."""
+    if endpointing not in GATES:
+        raise OptionError(f"unknown endpointing {endpointing!r}", where="endpointing",
+                          hint="use auto (Silero VAD where the [vad] extra is installed, else frame energy), "
+                               "vad, energy or off (decode every step whatever the audio holds)")
+    check_range("silence_s", silence_s, 0.1, 5.0, f"e.g. {SILENCE_S} (non-speech that ends an utterance)",
+                cli=("--silence-ms", 1000))
+    check_range("pad_s", pad_s, 0.0, 1.0, f"e.g. {PAD_S}")
+    check_range("vad_threshold", vad_threshold, 0.01, 0.99, "e.g. 0.5 (Silero's speech probability)")
 
 
 class LiveStream(ChunkConsumer):
@@ -148,11 +184,15 @@ class LiveStream(ChunkConsumer):
     draft each pass from the previous one (speed only). ``force_committed``: force the committed
     text still in the buffer as the pass's prefix (default; off: each pass decodes it again, as
     whisper_streaming does, drafted by the previous pass, and is decoded a second time with it
-    forced only where it disagrees). ``totals``: counts and seconds summed over the decodings."""
+    forced only where it disagrees). ``endpointing`` (auto, vad, energy, off), ``silence_s``,
+    ``pad_s``, ``vad_threshold``: the speech gate (module docstring); ``self.endpointing`` says
+    which detector runs. ``totals``: counts and seconds summed over the decodings (``gated_s``:
+    audio not decoded for want of speech; ``utterance_ends``: utterances the gate ended)."""
 
     def __init__(self, engine: WhisperEngine, language: str | None = None, task: str = "transcribe",
                  step_s: float = 1.0, *, max_buffer_s: float | None = None, previous_pass_drafts: bool = True,
-                 force_committed: bool = True,
+                 force_committed: bool = True, endpointing: str = "auto", silence_s: float = SILENCE_S,
+                 pad_s: float = PAD_S, vad_threshold: float = 0.5,
                  on_pass: Callable[[PassRecord], None] | None = None, sample_rate: int = SAMPLE_RATE,
                  **options) -> None:
         if isinstance(step_s, bool) or not isinstance(step_s, Real) or not MIN_STEP_S <= step_s <= MAX_STEP_S:
@@ -169,6 +209,7 @@ class LiveStream(ChunkConsumer):
                             "word timestamps (and hallucination_silence_threshold, which needs them), clips and "
                             "chunk_length (a pass decodes one window of up to "
                             "30 s) are not supported live yet")
+        check_gate_options(endpointing, silence_s, pad_s, vad_threshold)
         options.setdefault("audio_ctx", "auto")
         # Greedy passes: a pass that loops is unsure and commits nothing (the next pass, a second
         # later, decodes the buffer again), so a ladder would only spend the step's time on samples.
@@ -186,6 +227,10 @@ class LiveStream(ChunkConsumer):
         self._eot = engine.tokenizer.special.eot
         self._step = round(step_s * SAMPLE_RATE)
         self._max_buffer = round(max_buffer_s * SAMPLE_RATE)
+        self._gate = None if endpointing == "off" else SpeechGate(
+            endpointing, round(pad_s * SAMPLE_RATE), round(max(pad_s, EMPTY_KEEP_S) * SAMPLE_RATE), vad_threshold)
+        self.endpointing: str = self._gate.name if self._gate else "off"  # what runs: vad, energy or off
+        self._silence = round(silence_s * SAMPLE_RATE)
         self._input = ChunkQueue()  # fed samples not yet in the buffer (less than a step)
         self._buffer = np.zeros(0, np.float32)  # the uncommitted audio a pass decodes
         self._offset = 0  # stream sample of the buffer's first sample
@@ -198,12 +243,13 @@ class LiveStream(ChunkConsumer):
         self._finished = False
         self._looped = False  # a short encoder window made the decoder loop on this buffer
         self._unsure = False  # the last pass looped, or its mean token log-probability was below LOW_CONFIDENCE
+        self._no_speech = False  # the last pass met Whisper's no-speech rule
         self._looped_pass = False  # the last pass looped or copied its prompt
         self._decoded_before = False  # a pass decoded words of this stream before the last one
         self.totals: dict = dict.fromkeys(("passes", "pass_s", "encoder_s", "decoder_s", "tokens", "decoder_calls",
                                            "verify_calls", "steps", "drafted", "accepted", "hint_drafted",
                                            "hint_accepted", "committed_tokens", "loops", "loops_cut", "prompt_copies",
-                                           "word_cuts"), 0)
+                                           "word_cuts", "gated_s", "utterance_ends", "no_speech"), 0)
 
     # -- input -----------------------------------------------------------------------------
     def feed(self, chunk) -> list[LiveEvent]:
@@ -214,7 +260,7 @@ class LiveStream(ChunkConsumer):
         self._input.add(chunk, where=f"LiveStream.feed (chunk at {self.time_s:.2f} s)")
         events: list[LiveEvent] = []
         while self._input.pending >= self._step:
-            self._buffer = np.concatenate([self._buffer, self._input.take(self._step)])
+            self._extend(self._input.take(self._step))
             events += self._pass()
         return events
 
@@ -223,7 +269,7 @@ class LiveStream(ChunkConsumer):
         if self._finished:
             return []
         self._finished = True
-        self._buffer = np.concatenate([self._buffer, self._input.take(self._input.pending)])
+        self._extend(self._input.take(self._input.pending))
         return self._pass(final=True)
 
     @property
@@ -232,7 +278,46 @@ class LiveStream(ChunkConsumer):
         return (self._buffer.size + self._input.pending) / SAMPLE_RATE
 
     # -- passes ----------------------------------------------------------------------------
+    def _extend(self, samples: np.ndarray) -> None:
+        """Append samples to the buffer (and to what the speech gate has heard)."""
+        self._buffer = np.concatenate([self._buffer, samples])
+        if self._gate is not None:
+            self._gate.push(samples)
+
     def _pass(self, final: bool = False) -> list[LiveEvent]:
+        """A pass over the buffer; with a speech gate, over its speech only. A buffer with no
+        speech (and no open segment) is not decoded: it is dropped but for the lead of what may
+        come next. Non-speech before the first speech's lead is dropped too. Once the speech in the
+        buffer is followed by ``silence_s`` of non-speech, the utterance is over: a last pass
+        over the speech and its pad commits what it hears (as ``finish`` does) and ends the
+        segment; the non-speech after it is never decoded (Whisper writes text into noise)."""
+        gate = self._gate
+        if gate is None:
+            return self._decode_and_commit(final)
+        start, end = self._offset, self._offset + self._buffer.size
+        if not self._prefix:
+            first = gate.speech_start(start, end)
+            if first is None:
+                keep = 0 if final else min(self._buffer.size, gate.lead)
+                self.totals["gated_s"] += (self._buffer.size - keep) / SAMPLE_RATE
+                self._drop(self._buffer.size - keep)
+                return self._tail_event("", self._time(self._offset))
+            if first > start:  # non-speech before the speech: not decoded
+                self.totals["gated_s"] += (first - start) / SAMPLE_RATE
+                self._drop(first - start)
+        speech_end = gate.speech_end(self._offset, end)
+        if speech_end is None or speech_end >= end or not (final or gate.silence_after_speech(end) >= self._silence):
+            return self._decode_and_commit(final)
+        rest = self._buffer[speech_end - self._offset:]
+        self._buffer = self._buffer[:speech_end - self._offset]
+        self.totals["utterance_ends"] += not final
+        events = self._decode_and_commit(final=True)  # the buffer is empty after it, at speech_end
+        self._buffer = np.concatenate([self._buffer, rest])
+        return events
+
+    def _decode_and_commit(self, final: bool) -> list[LiveEvent]:
+        """Decode the buffer and commit what this pass and the one before agree on (all of it on a
+        last pass, unless it is doubtful: see the module docstring)."""
         buffer, events = self._buffer, []
         if buffer.size == 0 or (not self._prefix and float(np.abs(buffer).max()) < SILENCE_PEAK):
             self._close_open(events)
@@ -263,6 +348,9 @@ class LiveStream(ChunkConsumer):
                     if last is not None:
                         return self._cut_after_words(buffer, current, last, events)
                 done, close_all = (ends[-1] + 1, False) if ends else (len(current), True)
+        if final and self._no_speech:  # a last pass over what Whisper calls no speech commits nothing
+            done = begin
+            self.totals["no_speech"] += 1
         self._commit(current, done, events)
         if self._unsure and not final:
             self._previous = None  # two unsure passes must not agree: a hallucination repeats itself
@@ -279,7 +367,7 @@ class LiveStream(ChunkConsumer):
                          events: list[LiveEvent]) -> list[LiveEvent]:
         """Commit ``current[:done]``, end its segment where its last word ends and cut the buffer
         there, keeping the audio after it for the next passes."""
-        cut = self._word_end(buffer, current[:done])
+        cut = self._word_end(buffer, current[:done], current)
         self._commit(current, done, events, open_end=cut)
         self._close_open(events, cut)
         self._drop(cut)
@@ -293,10 +381,13 @@ class LiveStream(ChunkConsumer):
             events.append(self._event("commit", [], self._segment_start(self._prefix, len(self._prefix)),
                                       self._time(self._offset + end), True))
 
-    def _word_end(self, buffer: np.ndarray, committed: list[int]) -> int:
-        """Samples into the buffer where the last word of ``committed`` (a pass's tokens, forced)
-        ends, by the cross-attention alignment of word timestamps (one extra decoding, only when a
-        full buffer has no segment end to cut at); the whole buffer where nothing is committed."""
+    def _word_end(self, buffer: np.ndarray, committed: list[int], heard: list[int]) -> int:
+        """Samples into the buffer where the last word of ``committed`` (the first tokens of the
+        pass ``heard``) ends, by the cross-attention alignment of word timestamps over all the pass
+        heard, forced (one extra decoding, only when a full buffer has no segment end to cut at);
+        the whole buffer where nothing is committed. Aligned alone, a committed "9," in 14 s of
+        spoken digits ended at 14.3 s (nothing after it to take the rest of the audio), and the
+        cut dropped the digits no pass had committed."""
         text = "".join(self._text(committed).split())
         if not text:
             return buffer.size
@@ -304,7 +395,7 @@ class LiveStream(ChunkConsumer):
         context = list(self._context)[:max(0, len(self._context) - sum(t < self._eot for t in self._prefix))]
         window, _ = decode_pass(self.engine, buffer, **dict(
             self._options, language=self.language, task=self.task, timestamps="on",
-            initial_prompt=tuple(self._initial + context), prefix=tuple(committed), max_new_tokens=1,
+            initial_prompt=tuple(self._initial + context), prefix=tuple(heard), max_new_tokens=1,
             word_timestamps=True, audio_ctx="full" if self._looped else self._options["audio_ctx"]))
         self.totals["word_cuts"] += 1
         self.totals["pass_s"] += time.perf_counter() - t0
@@ -378,6 +469,8 @@ class LiveStream(ChunkConsumer):
         # first turns, and the trimmed buffer then loses the speech after it.
         self._looped_pass = looped
         self._unsure = looped or (window.avg_logprob is not None and window.avg_logprob < LOW_CONFIDENCE)
+        self._no_speech = (window.no_speech_prob is not None and window.avg_logprob is not None
+                           and window.no_speech_prob > NO_SPEECH_P and window.avg_logprob < NO_SPEECH_LOGPROB)
         if self.language is None and not self._unsure and seconds >= LANGUAGE_MIN_S \
                 and any(t < self._eot for t in tokens):
             # detected once, on the first sure pass over enough audio: a first second's guess (a
@@ -456,6 +549,8 @@ class LiveStream(ChunkConsumer):
         """Cut ``n`` samples off the front of the buffer; the passes' tokens no longer fit it."""
         self._offset += n
         self._buffer = self._buffer[n:]
+        if self._gate is not None:
+            self._gate.forget_before(self._offset)
         self._prefix, self._previous = [], None
         self._looped = self._looped and n == 0
 
@@ -476,8 +571,8 @@ class LiveStream(ChunkConsumer):
         known = self._word_start.get(token)
         if known is None:
             text = self.engine.tokenizer.decode([token]) if token < self._eot else " "
-            known = bool(text) and text[0] != "\ufffd" and (text[0].isspace() or not (text[0].isalnum()
-                                                                                     or text[0] in "'’-"))
+            known = bool(text) and text[0] != "\ufffd" and (text[0].isspace() or unspaced_script(text[0])
+                                                             or not (text[0].isalnum() or text[0] in "'’-"))
             self._word_start[token] = known
         return known
 

@@ -21,7 +21,7 @@ import pytest
 from conftest import _model_dir
 from specwhisper.audio import SAMPLE_RATE, load_audio
 from specwhisper.errors import AudioError, OptionError, SpecWhisperError
-from specwhisper.live import decode_pass
+from specwhisper.live import EMPTY_KEEP_S, decode_pass
 from specwhisper.live_agreement import agreed_length, copies_prompt, cut_repetition
 
 LONGFORM = "longform/longform.flac"
@@ -168,13 +168,14 @@ def test_cli_stream_json_lines_and_missing_microphone(engine, shared_data, capsy
     assert {e["type"] for e in events} == {"commit", "tentative"} and "passes" in out.err
     text = "".join(e["text"] for e in events if e["type"] == "commit")
     assert "ask not what your country can do for you" in text.lower()
+    assert "endpointing vad" in out.err and "0 utterance ends" in out.err  # jfk's pauses end none: 0.8 s of non-speech do
     # a token map on the command line too (README: it sets the stream's language); it drafts, losslessly
     from specwhisper.tokenmap import build_token_map
 
     tmap = build_token_map(["Ask not what your country can do for you."] * 3, engine.tokenizer).save(
         tmp_path / "jfk.tmap")
     assert main(["stream", str(path), "--model", str(engine.model_dir), "--threads", "2", "--tokenmap", str(tmap),
-                 "--output-format", "json"]) == 0
+                 "--output-format", "json", "--endpointing", "off"]) == 0
     mapped = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert "ask not what your country" in "".join(e["text"] for e in mapped if e["type"] == "commit").lower()
     try:
@@ -235,13 +236,15 @@ def test_a_last_pass_that_loops_commits_only_what_the_pass_before_said(engine, l
     said, copy = engine.tokenizer.encode(" one two"), engine.tokenizer.encode(" three three")
     for doubt, seconds, step, expected in (("", 2, 1.0, "three three"), ("looped", 2, 1.0, ""),
                                            ("looped", 0.5, 1.0, "one two three three"),
-                                           ("unsure", 0.6, 0.3, ""), ("unsure", 2, 1.0, "three three")):
-        stream = engine.stream("en", step_s=step)
+                                           ("unsure", 0.6, 0.3, ""), ("unsure", 2, 1.0, "three three"),
+                                           ("no-speech", 0.5, 1.0, "")):
+        stream = engine.stream("en", step_s=step, endpointing="off")  # every step decoded, as the rules assume
 
         def fake_pass(buffer, stream=stream, doubt=doubt):
             final = stream._finished
             stream._looped_pass = final and doubt == "looped"
             stream._unsure = final and bool(doubt)
+            stream._no_speech = final and doubt == "no-speech"  # even a stream's only pass commits nothing
             return [tb] + said + (copy if final else [])
 
         monkeypatch.setattr(stream, "_decode", fake_pass)
@@ -268,8 +271,86 @@ def test_hours_of_silence_cost_nothing_and_keep_the_clock(engine, shared_data):
     speech = load_audio(shared_data / "real/audio/jfk.flac")
     events = list(stream.feed(speech)) + stream.finish()
     commits = [e for e in events if e.kind == "commit"]
-    assert "ask not what your country" in _committed(events).lower()
-    assert commits[0].start_s >= 3600 and commits[-1].end_s <= 3600 + speech.size / SAMPLE_RATE + 0.5
+    assert "not what your country" in _committed(events).lower()
+    assert commits[0].start_s >= 3600 - EMPTY_KEEP_S and commits[-1].end_s <= 3600 + speech.size / SAMPLE_RATE + 0.5
+
+
+def _room(seconds: float, seed: int, db: float = -50.0) -> np.ndarray:
+    """White noise at ``db`` dBFS: a quiet room (not digital silence, which is skipped anyway)."""
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(round(seconds * SAMPLE_RATE)) * 10 ** (db / 20)).astype(np.float32)
+
+
+@pytest.mark.parametrize("endpointing", ["vad", "energy"])
+def test_no_pass_decodes_the_room_around_speech_and_no_text_is_written_into_it(engine, shared_data, endpointing):
+    """On a quiet room after jfk's last word tiny.en wrote " Thank you." (base " I am very proud of
+    you.") and committed it; before the speech the buffer filled with "." passes. With the speech
+    gate nothing but the speech (and its pad) is decoded, and the utterance ends once
+    ``silence_s`` of non-speech followed it."""
+    from benchmarks.metrics import edit_distance
+
+    speech = load_audio(shared_data / "real/audio/jfk.flac")
+    lead, tail = 5.0, 8.0
+    speech_end = lead + speech.size / SAMPLE_RATE
+    events, records, stream = _run(engine, np.concatenate([_room(lead, 1), speech, _room(tail, 2)]),
+                                   endpointing=endpointing)
+    offline = _words(engine.transcribe(speech, language="en", numerics="batch-invariant").text)
+    committed = _words(_committed(events))
+    assert stream.endpointing == endpointing
+    assert len(committed) <= len(offline) and edit_distance(offline, committed) <= 1, (committed, offline)
+    assert all(e.start_s < speech_end for e in events if e.kind == "commit" and e.text.strip())
+    assert stream.totals["utterance_ends"] == 1 and stream.totals["gated_s"] >= lead + tail - 3
+    assert all(lead - EMPTY_KEEP_S - 0.5 <= r.offset_s < speech_end for r in records)  # no pass on the room alone
+    off = engine.stream("en", endpointing="off")
+    assert off.endpointing == "off" and off._gate is None
+
+
+@pytest.mark.parametrize("endpointing", ["vad", "energy"])
+def test_minutes_of_room_noise_cost_no_pass(engine, endpointing):
+    stream = engine.stream("en", endpointing=endpointing)
+    room = _room(120, 3)
+    for i in range(0, room.size, SAMPLE_RATE // 2):
+        assert [e for e in stream.feed(room[i:i + SAMPLE_RATE // 2]) if e.text] == []
+        assert stream.buffer_s <= EMPTY_KEEP_S + 1.0
+    assert not _committed(stream.finish())
+    assert stream.totals["passes"] == 0 and stream.totals["gated_s"] >= 119
+
+
+def test_the_speech_gate_answers_alike_however_the_audio_is_chunked():
+    """Energy frames: 1 s of a quiet room, 1 s of a loud tone, 1 s of room; the gate's speech run,
+    padded, and the silence after it, with the audio pushed whole or in odd pieces."""
+    from specwhisper.live_gate import SpeechGate
+    from specwhisper.vad import FRAME
+
+    t = np.arange(SAMPLE_RATE, dtype=np.float32) / SAMPLE_RATE
+    audio = np.concatenate([_room(1, 4, -70), 0.1 * np.sin(2 * np.pi * 300 * t), _room(1, 5, -70)])
+    pad = round(0.2 * SAMPLE_RATE)
+    answers = []
+    for sizes in ([audio.size], [100, 5000, 17, 30000], [FRAME] * (audio.size // FRAME + 1)):
+        gate, at = SpeechGate("energy", pad), 0
+        for size in sizes * (audio.size // sum(sizes) + 1):
+            gate.push(audio[at:at + size])
+            at += size
+        answers.append((gate.speech_start(0, audio.size), gate.speech_end(0, audio.size),
+                        gate.silence_after_speech(audio.size), gate.speech_start(2 * SAMPLE_RATE + pad + FRAME, audio.size)))
+    assert answers[0] == answers[1] == answers[2]
+    start, end, silence, after = answers[0]
+    assert abs(start - (SAMPLE_RATE - pad)) <= FRAME and abs(end - (2 * SAMPLE_RATE + pad)) <= FRAME
+    assert abs(silence - SAMPLE_RATE) <= 2 * FRAME and after is None
+    gate.forget_before(end)
+    assert gate.speech_start(0, audio.size) is None
+
+
+def test_speech_gate_options_are_checked(engine, capsys):
+    from specwhisper.cli import main
+
+    for kwargs, where in (({"endpointing": "loud"}, "endpointing"), ({"silence_s": 0}, "silence_s (--silence-ms"),
+                          ({"pad_s": -1}, "pad_s"), ({"vad_threshold": 2}, "vad_threshold")):
+        with pytest.raises(OptionError) as info:
+            engine.stream("en", **kwargs)
+        assert info.value.where.startswith(where) and info.value.hint
+    assert main(["stream", "nothing.wav", "--model", "no-such-model", "--silence-ms", "20"]) == 2  # before the model
+    assert "silence_s" in capsys.readouterr().err
 
 
 # -- exactness -----------------------------------------------------------------------------------
@@ -420,6 +501,14 @@ def test_a_streams_language_is_not_fixed_by_its_first_seconds_guess(base_stream_
     stream = base_stream_engine.stream(None)
     list(stream.events(audio[i:i + SAMPLE_RATE] for i in range(0, audio.size, SAMPLE_RATE)))
     assert stream.language == "ja"
+    # Japanese has no spaces: every kana or Chinese character may end a word (a Japanese stream
+    # committed nothing until a segment ended); a piece of a character may not
+    stream = base_stream_engine.stream("ja", step_s=0.5, endpointing="off")
+    fed = [e for i in range(0, audio.size, SAMPLE_RATE // 2) for e in stream.feed(audio[i:i + SAMPLE_RATE // 2])]
+    assert [e for e in fed if e.kind == "commit" and e.text and not e.segment_end]
+    tokenizer = base_stream_engine.tokenizer
+    assert all(stream._starts_word(tokenizer.encode(text)[0]) for text in ("外れ", "キャンプ", "電"))
+    assert not stream._starts_word(tokenizer.encode("昼")[0])  # its first byte only
 
 
 def test_a_full_buffer_with_no_segment_end_keeps_the_audio_after_the_last_word(engine, longform, monkeypatch):
@@ -437,13 +526,28 @@ def test_a_full_buffer_with_no_segment_end_keeps_the_audio_after_the_last_word(e
         return [tb] + words
 
     monkeypatch.setattr(stream, "_decode", unsure_pass_without_segment_end)
-    monkeypatch.setattr(stream, "_word_end", lambda buffer, committed: round(1.25 * SAMPLE_RATE))
+    monkeypatch.setattr(stream, "_word_end", lambda buffer, committed, heard: round(1.25 * SAMPLE_RATE))
     events = [e for i in range(0, 3 * SAMPLE_RATE, SAMPLE_RATE) for e in stream.feed(longform[i:i + SAMPLE_RATE])]
     assert _committed(events).strip() == "two, eight,"
     assert stream.buffer_s == pytest.approx(3.0 - 1.25)  # the rest stays for the next passes
     commits = [e for e in events if e.kind == "commit"]
     assert [e.end_s for e in commits if e.segment_end] == [pytest.approx(1.25)]
     assert all(e.end_s <= 1.25 + 1e-6 for e in commits)  # no commit ends after the cut
+
+
+def test_a_word_cut_aligns_the_committed_words_with_all_the_pass_heard(engine, longform):
+    """A full buffer with one committed word ("9,") and 14 s of digits after it is cut where the
+    word ends. Aligned alone (forced, nothing after it), the word ended at 14.3 s and the cut
+    dropped the digits no pass had committed; aligned with what the pass heard after it, it ends
+    where the digit does (102.18-102.72 s in the file)."""
+    buffer = longform[round(101.63 * SAMPLE_RATE):round(116.0 * SAMPLE_RATE)]
+    stream = engine.stream("en", numerics="batch-invariant", endpointing="off")
+    committed = [engine.tokenizer.special.timestamp_begin] + engine.tokenizer.encode(" 9,")
+    window, _ = decode_pass(engine, buffer, language="en", timestamps="on", prefix=tuple(committed),
+                            numerics="batch-invariant")
+    heard = list(window.tokens)
+    assert len([t for t in heard if t < engine.tokenizer.special.eot]) > 10  # the digits after it
+    assert 0.5 <= stream._word_end(buffer, committed, heard) / SAMPLE_RATE <= 2.0
 
 
 def test_a_segment_is_trimmed_at_the_later_of_two_agreeing_ends(engine):

@@ -100,13 +100,19 @@ def parse_size(text: str) -> int:
 
 def _build(args) -> int:
     from .build import check_language
-    from .corpus import read_transcripts
+    from .corpus import read_transcripts, why_not_english
 
     t0 = time.perf_counter()
     budget = parse_size(args.budget)
     language = DEFAULT_LANGUAGE if args.language is None else args.language
     check_language(language)  # a typo fails before the transcripts are read
     texts = read_transcripts(args.transcripts)
+    if args.language is None and (why := why_not_english(texts)) is not None:
+        raise TokenMapError(f"the transcripts do not look English ({why}); a map records their language "
+                            f"({DEFAULT_LANGUAGE} unless told) and transcription with it decodes in that language",
+                            where="--language",
+                            hint="pass their language (e.g. --language es, --language ja), or --language none "
+                                 "to record none (transcription then detects it)")
     tokenizer = _tokenizer(args.model)
     progress = None
     if not args.quiet and sys.stderr.isatty() and len(texts) >= PROGRESS_MIN_LINES:
@@ -150,9 +156,22 @@ def _inspect(args) -> int:
     eot = tmap.header.eot
 
     def show(ids) -> str:
-        return "".join("<eot>" if t == eot else tokenizer.decode([t]) for t in ids)
+        """Runs of text decoded whole: a character split over tokens (昼, ó) decodes from all its bytes."""
+        text, run = "", []
+        for t in [*ids, eot]:
+            if t == eot:
+                text += tokenizer.decode(run) if run else ""
+                run = []
+                text += "<eot>"
+            else:
+                run.append(t)
+        return text[:-len("<eot>")]
 
-    print(f"prefix {text!r} -> tokens {[tokenizer.token_text(t) for t in tokens]}")
+    def piece(t: int) -> str:
+        decoded = tokenizer.decode([t])
+        return decoded if "\ufffd" not in decoded else f"<{t}: part of a character>"
+
+    print(f"prefix {text!r} -> tokens {[piece(t) for t in tokens]}")
     node = tmap.find([tmap.header.begin, *tokens])
     if node >= 0:
         print(f"prefix memory: {tmap.count(node)} utterance path(s) begin like this"

@@ -8,6 +8,7 @@ configuration, on one engine:
 * ``greedy``: speculation off, numerics auto (single-row: the fastest greedy loop);
 * ``drafts``: speculation on, the engine's drafters only (prompt lookup), numerics auto;
 * ``prev-pass``: speculation on, the previous pass drafting first (suffix alignment), numerics auto;
+* ``prev-pass-ungated``: the same without the speech gate (``endpointing="off"``: every step decoded);
 * ``prev-pass-position``: the same with token ``i`` drafted by the previous pass's token ``i``;
 * ``greedy-bi``, ``prev-pass-bi``: both in batch-invariant numerics (the same tokens: checked);
 * ``redecode-*``: ``force_committed=False``, passes decode the committed text in their buffer
@@ -40,9 +41,11 @@ CONFIGS = {
     "greedy": dict(speculation=False),
     "drafts": dict(previous_pass_drafts=False),
     "prev-pass": dict(),
+    "prev-pass-ungated": dict(endpointing="off"),
     "prev-pass-position": dict(align="position"),
     "greedy-bi": dict(speculation=False, numerics="batch-invariant"),
     "prev-pass-bi": dict(numerics="batch-invariant"),
+    "prev-pass-bi-ungated": dict(numerics="batch-invariant", endpointing="off"),
     "redecode-greedy": dict(speculation=False, force_committed=False),
     "redecode-prev-pass": dict(force_committed=False),
 }
