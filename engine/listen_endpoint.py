@@ -110,9 +110,10 @@ def make_detector(endpointing: str, vad_threshold: float, energy_threshold_db: f
     except SpecWhisperError as exc:
         if endpointing == "auto":
             return EnergyDetector(energy_threshold_db)
-        raise SpecWhisperError(f"VAD endpointing is unavailable: {exc.what}", where="endpointing='vad' (--vad)",
-                               hint="pip install 'specwhisper[vad]', or use energy endpointing "
-                                    "(endpointing='energy', --energy)") from None
+        raise SpecWhisperError(f"VAD endpointing is unavailable: {exc.what}",
+                               where="endpointing='vad' (listen --vad, stream --endpointing vad)",
+                               hint="pip install 'specwhisper[vad]', or use energy endpointing (endpointing='energy': "
+                                    "listen --energy, stream --endpointing energy)") from None
 
 
 @dataclass

@@ -295,7 +295,7 @@ class LiveStream(ChunkConsumer):
         if gate is None:
             return self._decode_and_commit(final)
         start, end = self._offset, self._offset + self._buffer.size
-        if not self._prefix:
+        if not any(t < self._eot for t in self._prefix):  # no open text (a segment's start timestamp at most)
             first = gate.speech_start(start, end)
             if first is None:
                 keep = 0 if final else min(self._buffer.size, gate.lead)

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from specwhisper.cli import main
-from specwhisper.tokenmap.corpus import why_not_english
+from specwhisper.tokenmap.corpus import doubt_english, why_not_english
 
 JAPANESE = ["真っ昼間なのにキャンプの外れの電柱に電球がともっていた", "電気をつけて", "電気を消して"] * 3
 SPANISH = ["enciende la luz de la cocina", "apaga la luz del salón", "sube el volumen de la música",
@@ -21,26 +21,30 @@ SPANISH = ["enciende la luz de la cocina", "apaga la luz del salón", "sube el v
 
 def test_transcripts_that_are_not_english_are_told_apart(shared_data):
     english = (shared_data / "domain/smarthome/train.txt").read_text(encoding="utf-8").splitlines()
-    assert why_not_english(english) is None
-    assert why_not_english(["lights off", "volume up", "next track"]) is None  # short commands
-    assert "letters" in why_not_english(JAPANESE)
-    assert "common English words" in why_not_english(SPANISH)
+    assert why_not_english(english) is None and doubt_english(english) is None
+    terse = ["call john smith", "play jazz music", "set timer five minutes", "next track please"] * 3
+    accented = ["call Beyoncé", "play café music", "call José Núñez"] * 3
+    assert why_not_english(terse) is None and why_not_english(accented) is None  # English: never refused
+    assert "Latin alphabet" in why_not_english(JAPANESE)
+    assert "common English words" in doubt_english(SPANISH) and why_not_english(SPANISH) is None
 
 
 def test_a_map_of_foreign_text_asks_for_its_language(tmp_path, base_model_dir, capsys):
-    for name, lines, code in (("ja", JAPANESE, "ja"), ("es", SPANISH, "es")):
-        src = tmp_path / f"{name}.txt"
-        src.write_text("\n".join(lines), encoding="utf-8")
-        out = tmp_path / f"{name}.tmap"
-        assert main(["tokenmap", "build", str(src), "--model", str(base_model_dir), "-o", str(out)]) == 2
-        err = capsys.readouterr().err
-        assert "do not look English" in err and "--language" in err and not out.exists()
-        assert main(["tokenmap", "build", str(src), "--model", str(base_model_dir), "-o", str(out),
-                     "--language", code]) == 0
-        assert f"language {code}" in capsys.readouterr().err
+    src, out = tmp_path / "ja.txt", tmp_path / "ja.tmap"
+    src.write_text("\n".join(JAPANESE), encoding="utf-8")
+    build = ["tokenmap", "build", str(src), "--model", str(base_model_dir), "-o", str(out)]
+    assert main(build) == 2
+    err = capsys.readouterr().err
+    assert "are not English" in err and "--language" in err and not out.exists()
+    assert main(build + ["--language", "ja"]) == 0 and "language ja" in capsys.readouterr().err
+    # Spanish (Latin letters) builds, recorded as English, with a warning that says what that does
+    es = tmp_path / "es.txt"
+    es.write_text("\n".join(SPANISH), encoding="utf-8")
+    with pytest.warns(UserWarning, match="may not be English .* comes out translated"):
+        assert main(["tokenmap", "build", str(es), "--model", str(base_model_dir), "-o", str(tmp_path / "es.tmap")]) == 0
     # inspect decodes runs of tokens whole (昼 spans two tokens: it was shown as two U+FFFD; an n-gram
     # that starts or ends inside a character still shows the part as U+FFFD)
-    assert main(["tokenmap", "inspect", str(tmp_path / "ja.tmap"), "真っ昼間なのに", "--model", str(base_model_dir)]) == 0
+    assert main(["tokenmap", "inspect", str(out), "真っ昼間なのに", "--model", str(base_model_dir)]) == 0
     shown = capsys.readouterr().out
     assert "context '真っ昼間なのに'" in shown and "キャンプの外" in shown
 

@@ -162,6 +162,10 @@ def test_energy_endpointing_without_vad(base_engine, stream, monkeypatch, tmp_pa
     with pytest.raises(SpecWhisperError, match="VAD endpointing is unavailable") as info:
         base_engine.listen(endpointing="vad")
     assert "--energy" in info.value.hint
+    assert base_engine.stream("en").endpointing == "energy"  # a live stream's speech gate alike
+    with pytest.raises(SpecWhisperError, match="VAD endpointing is unavailable") as info:
+        base_engine.stream("en", endpointing="vad")
+    assert "stream --endpointing energy" in info.value.hint
 
 
 # -- token map: language and learning --------------------------------------------------------------

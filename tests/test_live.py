@@ -271,6 +271,9 @@ def test_hours_of_silence_cost_nothing_and_keep_the_clock(engine, shared_data):
     speech = load_audio(shared_data / "real/audio/jfk.flac")
     events = list(stream.feed(speech)) + stream.finish()
     commits = [e for e in events if e.kind == "commit"]
+    # "ask" or "asked": a near-tie of tiny.en's that the second of zeros kept before the speech
+    # (the gate's lead) tips to "asked"; dropping zeros from the lead tipped longform.flac's digit
+    # lists instead (10.5 -> 14.5 % WER, RESULTS_live.md)
     assert "not what your country" in _committed(events).lower()
     assert commits[0].start_s >= 3600 - EMPTY_KEEP_S and commits[-1].end_s <= 3600 + speech.size / SAMPLE_RATE + 0.5
 
@@ -314,6 +317,29 @@ def test_minutes_of_room_noise_cost_no_pass(engine, endpointing):
         assert stream.buffer_s <= EMPTY_KEEP_S + 1.0
     assert not _committed(stream.finish())
     assert stream.totals["passes"] == 0 and stream.totals["gated_s"] >= 119
+
+
+def test_a_segment_start_left_open_does_not_let_the_room_in(engine):
+    """Two passes agree on a segment's end and the buffer is trimmed there; the pass's next
+    segment start stays as the open prefix (a timestamp, no text). The gate looked only for an
+    empty prefix, so from then on every second of the room was decoded and what Whisper made of it
+    (" Thank you.") could be committed. The passes are fixed here: 1.5 s of tone, then a quiet room."""
+    tok = engine.tokenizer
+    tb = tok.special.timestamp_begin
+    t = np.arange(round(1.5 * SAMPLE_RATE), dtype=np.float32) / SAMPLE_RATE
+    audio = np.concatenate([0.1 * np.sin(2 * np.pi * 300 * t), _room(8, 6, -70)])
+    stream = engine.stream("en", endpointing="energy")
+    passes = []
+
+    def fake_pass(buffer):
+        passes.append(stream._offset)
+        end = tb + round(buffer.size / SAMPLE_RATE / 0.02) - 1  # a segment end near the buffer's end
+        return [tb] + tok.encode(" Hello.") + [end, end] + tok.encode((" Thank you.", " Bye.")[len(passes) % 2])
+
+    stream._decode = fake_pass
+    events = list(stream.events(audio[i:i + SAMPLE_RATE] for i in range(0, audio.size, SAMPLE_RATE)))
+    assert _committed(events).strip() == "Hello." and len(passes) <= 3
+    assert stream.totals["gated_s"] >= 6
 
 
 def test_the_speech_gate_answers_alike_however_the_audio_is_chunked():
@@ -519,7 +545,7 @@ def test_a_full_buffer_with_no_segment_end_keeps_the_audio_after_the_last_word(e
     pass and the word end are fixed here; the stream's own WER tests cover real passes."""
     tb = engine.tokenizer.special.timestamp_begin
     words = engine.tokenizer.encode(" two, eight, five")
-    stream = engine.stream("en", max_buffer_s=3.0)
+    stream = engine.stream("en", max_buffer_s=3.0, endpointing="off")  # the buffer as fed
 
     def unsure_pass_without_segment_end(buffer):
         stream._unsure = True

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from specwhisper.errors import TokenMapError
+from specwhisper.errors import TokenMapError, warn_caller
 
 from .build import (
     DEFAULT_BUDGET,
@@ -100,7 +100,7 @@ def parse_size(text: str) -> int:
 
 def _build(args) -> int:
     from .build import check_language
-    from .corpus import read_transcripts, why_not_english
+    from .corpus import doubt_english, read_transcripts, why_not_english
 
     t0 = time.perf_counter()
     budget = parse_size(args.budget)
@@ -108,11 +108,15 @@ def _build(args) -> int:
     check_language(language)  # a typo fails before the transcripts are read
     texts = read_transcripts(args.transcripts)
     if args.language is None and (why := why_not_english(texts)) is not None:
-        raise TokenMapError(f"the transcripts do not look English ({why}); a map records their language "
+        raise TokenMapError(f"the transcripts are not English ({why}); a map records their language "
                             f"({DEFAULT_LANGUAGE} unless told) and transcription with it decodes in that language",
                             where="--language",
-                            hint="pass their language (e.g. --language es, --language ja), or --language none "
+                            hint="pass their language (e.g. --language ja, --language zh), or --language none "
                                  "to record none (transcription then detects it)")
+    if args.language is None and (doubt := doubt_english(texts)) is not None:
+        warn_caller(f"the transcripts may not be English ({doubt}): the map records {DEFAULT_LANGUAGE}, and "
+                    "transcription with it decodes in English (speech in another language comes out translated); "
+                    "pass --language with their language (or none) if they are not")
     tokenizer = _tokenizer(args.model)
     progress = None
     if not args.quiet and sys.stderr.isatty() and len(texts) >= PROGRESS_MIN_LINES:

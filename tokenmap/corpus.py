@@ -142,27 +142,44 @@ def _jsonl_texts(lines: list[str], where: str) -> list[tuple[int, str]]:
 
 
 # English function words: about 40 % of the words of English transcripts (commands, read speech),
-# under 7 % of Spanish or Swedish ones, none of Japanese or Chinese.
+# under 7 % of Spanish or Swedish ones, none of Japanese or Chinese. Terse English commands ("call
+# john smith", "play jazz music") have none either, so a low share is a warning, not a refusal.
 ENGLISH_FUNCTION_WORDS = frozenset(
     "the a an to of in on off and or is are was were it its for at by with my me i you your we our he she they "
     "them his her this that these those be been not no yes all can do does please what which who when where how "
     "from as up down into out over than then there here will would could should have has had just".split())
 ENGLISH_MIN_SHARE = 0.15  # of the words: English transcripts measured 0.26-0.47, Spanish 0.05-0.07, Swedish 0.04
-NON_ASCII_MAX_SHARE = 0.05  # of the letters: English has none; Spanish 0.02-0.03, Swedish 0.06, CJK all
-MIN_WORDS = 20  # fewer words: only the letters are asked
+ACCENTED_MAX_SHARE = 0.05  # of the letters: English has few (Beyoncé, café); Spanish 0.02-0.03, Swedish 0.06
+OTHER_SCRIPT_MAX_SHARE = 0.2  # of the letters, outside the Latin alphabets: Japanese, Chinese, Russian ...
+MIN_WORDS = 20  # fewer words: the share of function words says nothing
+
+
+def _words(texts: list[str]) -> list[str]:
+    return [w for text in texts for w in re.findall(r"[^\W\d_]+", text.lower())]
 
 
 def why_not_english(texts: list[str]) -> str | None:
-    """Why ``texts`` do not look like English transcripts, or None where they do. A map built
-    without ``--language`` records English, and transcribing with it then decodes in English,
-    which turns Spanish or Japanese speech into an English translation without a word: so a
-    build from text that plainly is not English asks for its language instead."""
-    words = [w for text in texts for w in re.findall(r"[^\W\d_]+", text.lower())]
+    """Why ``texts`` cannot be English transcripts (most of their letters are of another script
+    than Latin), or None. A map built without ``--language`` records English, and transcribing
+    with it then decodes in English, which turned Japanese speech into an English translation
+    without a word: such a build asks for the language instead."""
+    letters = [c for w in _words(texts) for c in w]
+    other = sum(ord(c) > 0x24F for c in letters)
+    if letters and other / len(letters) > OTHER_SCRIPT_MAX_SHARE:
+        return f"{100 * other / len(letters):.0f} % of their letters are not of the Latin alphabet"
+    return None
+
+
+def doubt_english(texts: list[str]) -> str | None:
+    """Why ``texts`` in a Latin alphabet may not be English (few English function words, many
+    accented letters), or None: worth a warning (Spanish transcripts recorded as English made
+    transcription translate), not a refusal (terse English commands look the same)."""
+    words = _words(texts)
     letters = sum(map(len, words))
-    foreign = sum(not c.isascii() for w in words for c in w)
-    if letters and foreign / letters > NON_ASCII_MAX_SHARE:
-        return f"{100 * foreign / letters:.0f} % of their letters are not English ones"
+    accented = sum(not c.isascii() for w in words for c in w)
+    if letters and accented / letters > ACCENTED_MAX_SHARE:
+        return f"{100 * accented / letters:.0f} % of their letters are accented"
     common = sum(w in ENGLISH_FUNCTION_WORDS for w in words)
     if len(words) >= MIN_WORDS and common / len(words) < ENGLISH_MIN_SHARE:
-        return f"only {100 * common / len(words):.0f} % of their words are common English words, English text has 25-50 %"
+        return f"only {100 * common / len(words):.0f} % of their words are common English words (English text: 25-50 %)"
     return None
