@@ -17,6 +17,7 @@ import time
 
 from .cli_audio import audio_source
 from .live import MAX_STEP_S, MIN_STEP_S, SILENCE_S, check_gate_options
+from .live_gate import GATES
 from .sigterm import Terminated
 
 
@@ -43,7 +44,7 @@ def add_stream_parser(sub, add_model_args) -> None:
     s.add_argument("--numerics", default="auto", choices=["auto", "batch-invariant", "single-row"])
     s.add_argument("--audio-ctx", default="auto", help="encoder context of a pass: auto (fitted to the buffer, "
                                                        "default), full, or mel frames 600|1000|1500|2000")
-    s.add_argument("--endpointing", default="auto", choices=["auto", "vad", "energy", "off"],
+    s.add_argument("--endpointing", default="auto", choices=GATES,
                    help="what finds speech: auto (Silero VAD where the [vad] extra is installed, else frame energy), "
                         "vad, energy, or off. Audio without speech is not decoded (Whisper writes text into noise), "
                         "and an utterance is committed once --silence-ms of non-speech follows it")

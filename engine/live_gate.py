@@ -16,9 +16,9 @@ from collections import deque
 
 import numpy as np
 
-from .listen_endpoint import FRAME, make_detector
+from .listen_endpoint import ENDPOINTINGS, FRAME, make_detector
 
-GATES = ("auto", "vad", "energy", "off")
+GATES = (*ENDPOINTINGS, "off")  # listen's detectors, or none
 
 
 class SpeechGate:
