@@ -42,6 +42,14 @@ def load_audio(source: AudioInput, sample_rate: int | None = None) -> np.ndarray
         raise AudioError(f"audio must be a path, bytes, a binary file object or a numpy array of samples, got "
                          f"{type(source).__name__}", where="audio",
                          hint="pass e.g. 'talk.flac', or np.asarray(samples, dtype=np.float32) at 16 kHz")
+    path = check_audio_path(source)
+    return _decode(path, str(path), suffix=path.suffix.lower())
+
+
+def check_audio_path(source: str | os.PathLike[str]) -> Path:
+    """The path of an audio file, after the checks that need no decoding (there, a directory,
+    empty, a .mp3 without MPEG audio): the command line asks them of every input before the model
+    loads, so that a mistyped name is said at once, not after the load."""
     path = Path(source)
     if not path.exists():
         if str(source) == "-":
@@ -54,14 +62,15 @@ def load_audio(source: AudioInput, sample_rate: int | None = None) -> np.ndarray
                          hint="pass the audio files inside it, e.g. DIR/*.flac")
     if path.stat().st_size == 0:
         raise AudioError("audio file is empty (0 bytes)", where=str(path), hint="re-record or re-export the file")
-    return _decode(path, str(path), suffix=path.suffix.lower())
+    if _mp3_through_libsndfile(path.suffix.lower()):
+        _check_mpeg_audio(path, str(path))
+    return path
 
 
 def _decode(source: Path | io.BytesIO, where: str, suffix: str) -> np.ndarray:
     import soundfile as sf
 
-    # MP3 through libsndfile (1.1+) where PyAV, which decodes it otherwise, is not installed
-    mp3 = suffix == ".mp3" and not _av_installed() and _libsndfile_reads_mp3()
+    mp3 = _mp3_through_libsndfile(suffix)
     if suffix in _SOUNDFILE_SUFFIXES or suffix == "" or mp3:
         try:
             data, rate = sf.read(source, dtype="float32", always_2d=True)
@@ -195,6 +204,25 @@ def _av_installed() -> bool:
     except ImportError:
         return False
     return True
+
+
+def _check_mpeg_audio(path: Path, where: str) -> None:
+    """Refuse a file named .mp3 that holds no MPEG audio before libsndfile's mpg123 is given it
+    (it "decoded" a program binary to noise, printing its own errors; see ``mp3_sniff``)."""
+    from .mp3_sniff import SOUNDFILE_MAGIC, has_mpeg_audio, not_audio, what_it_is
+
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head[:4] in SOUNDFILE_MAGIC:  # WAV, FLAC or Ogg named .mp3: libsndfile reads it as what it is
+        return
+    if not_audio(head) or not has_mpeg_audio(path):
+        raise AudioError(f"not MP3 audio: {what_it_is(path)}", where=where,
+                         hint="pass an audio file (WAV, FLAC, Ogg, MP3; others with pip install 'specwhisper[av]')")
+
+
+def _mp3_through_libsndfile(suffix: str) -> bool:
+    """MP3 is decoded by libsndfile (1.1+) where PyAV, which decodes it otherwise, is not installed."""
+    return suffix == ".mp3" and not _av_installed() and _libsndfile_reads_mp3()
 
 
 def _libsndfile_reads_mp3() -> bool:

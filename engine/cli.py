@@ -270,6 +270,7 @@ def _dispatch(args) -> int:
 
 
 def _transcribe(args) -> int:
+    from .audio import check_audio_path
     from .io_utils import check_writable_folder
     from .writers import output_path, write_result
 
@@ -286,8 +287,17 @@ def _transcribe(args) -> int:
         return 0
     if out_dir is not None:
         check_writable_folder(out_dir)  # before the model loads and the first file decodes
-    engine, transcribe_file = open_transcriber(args)
     failures = 0
+    for path in list(inputs):  # missing, empty, a folder: said before the model loads
+        try:
+            check_audio_path(path)
+        except SpecWhisperError as exc:
+            failures += 1
+            inputs.remove(path)
+            print(f"error: {exc.message()}", file=sys.stderr)
+    if not inputs:
+        return 1
+    engine, transcribe_file = open_transcriber(args)
     # several texts on stdout: each under its file's name (as `head` labels files), so that a file
     # that fails or says nothing does not leave the reader guessing which text is whose
     label = len(args.audio) > 1

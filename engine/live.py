@@ -63,6 +63,7 @@ step runs one pass per step it completes. Times are in the stream's clock (secon
 from __future__ import annotations
 
 import time
+import unicodedata
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,6 +84,7 @@ from .results import WindowResult
 from .timestamps import SECONDS_PER_TIMESTAMP
 from .transcribe_options import checked_options
 from .transcriber import LOOP_TOKENS_MIN, LOOP_TOKENS_PER_S, SILENCE_PEAK, WhisperEngine
+from .word_timestamps import UNICODE_WORD_LANGUAGES
 
 WINDOW_SAMPLES = N_FRAMES * 160  # one pass sees at most one 30 s window
 SAMPLES_PER_TIMESTAMP = round(SECONDS_PER_TIMESTAMP * SAMPLE_RATE)
@@ -239,7 +241,7 @@ class LiveStream(ChunkConsumer):
         self._previous: list[int] | None = None  # the last pass's tokens, in the buffer's time
         self._tentative = ""
         self._last_end = 0.0  # where the last closed segment ended (times never go back)
-        self._word_start: dict[int, bool] = {}
+        self._word_start: dict[int, tuple[bool, bool]] = {}  # token: (starts a word by its text, starts on a whole character)
         self._finished = False
         self._looped = False  # a short encoder window made the decoder loop on this buffer
         self._unsure = False  # the last pass looped, or its mean token log-probability was below LOW_CONFIDENCE
@@ -567,14 +569,18 @@ class LiveStream(ChunkConsumer):
         return max(self._time(self._offset), self._last_end)
 
     def _starts_word(self, token: int) -> bool:
-        """Whether ``token`` cannot continue the word before it (space, punctuation, timestamp)."""
+        """Whether ``token`` cannot continue the word before it (space, punctuation, timestamp). In a
+        language written without spaces (``UNICODE_WORD_LANGUAGES``, as word timestamps split them:
+        Thai, Lao, Burmese too) any token that starts on a whole character may start a word."""
         known = self._word_start.get(token)
         if known is None:
             text = self.engine.tokenizer.decode([token]) if token < self._eot else " "
-            known = bool(text) and text[0] != "\ufffd" and (text[0].isspace() or unspaced_script(text[0])
-                                                             or not (text[0].isalnum() or text[0] in "'’-"))
+            first = text[:1]  # a piece of a character or a combining mark (a Thai vowel) continues one
+            whole = bool(first) and first != "\ufffd" and not unicodedata.category(first).startswith("M")
+            known = (whole and (first.isspace() or unspaced_script(first)
+                                or not (first.isalnum() or first in "'’-")), whole)
             self._word_start[token] = known
-        return known
+        return known[0] or (known[1] and self.language in UNICODE_WORD_LANGUAGES)
 
     def _time(self, sample: int) -> float:
         return sample / SAMPLE_RATE

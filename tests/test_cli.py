@@ -54,6 +54,19 @@ def test_txt_to_stdout_and_continue_after_bad_file(base_model_dir, shared_data, 
     assert out.startswith(f"==> {good} <==\n") and "missing.flac" not in out
 
 
+def test_inputs_that_cannot_be_audio_are_said_before_the_model_loads(tmp_path, capsys):
+    """A mistyped name waited for the model to load (5-20 s) before "audio file not found"; now
+    missing, empty and folder inputs are said at once (the model here does not exist: loading it
+    would be another error)."""
+    (tmp_path / "empty.wav").write_bytes(b"")
+    rc = main(["transcribe", str(tmp_path / "missing.flac"), str(tmp_path / "empty.wav"), str(tmp_path),
+               "--model", str(tmp_path / "no-such-model")])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "audio file not found" in err and "empty (0 bytes)" in err and "got a directory" in err
+    assert "no-such-model" not in err
+
+
 def test_models_list_and_path(base_model_dir, capsys):
     assert main(["models", "list"]) == 0
     out = capsys.readouterr().out

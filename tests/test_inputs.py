@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -81,6 +82,39 @@ def test_mp3_without_pyav_names_the_extra(tmp_path, monkeypatch):
     sf.write(tmp_path / "real.mp3", original, 16000, format="MP3")
     decoded = load_audio(tmp_path / "real.mp3")
     assert abs(decoded.size - original.size) < 2000 and np.abs(decoded).max() > 0.1
+
+
+def test_a_file_named_mp3_that_is_not_mpeg_audio_is_refused_by_what_it_is(tmp_path, monkeypatch):
+    """libsndfile's mpg123 resyncs on anything: a program binary named .mp3 "decoded" to noise (exit
+    0, an empty transcript, a dozen mpg123 errors on stderr) and a text file failed with "File does
+    not exist or is not a regular file". Now a .mp3 is asked for MPEG frames first."""
+    if "MP3" not in sf.available_formats():
+        pytest.skip("this libsndfile reads no MP3")
+    monkeypatch.setitem(sys.modules, "av", None)  # libsndfile's decoder, as without the [av] extra
+    notes = tmp_path / "notes.mp3"
+    notes.write_text("meeting notes, not a recording\n" * 20)
+    with pytest.raises(AudioError, match="not MP3 audio: it is text"):
+        load_audio(notes)
+    program = tmp_path / "program.mp3"
+    program.write_bytes(Path(sys.executable).resolve().read_bytes()[:300_000])
+    with pytest.raises(AudioError, match="not MP3 audio: it starts as a Linux program"):
+        load_audio(program)
+    junk = tmp_path / "junk.mp3"
+    junk.write_bytes(np.random.default_rng(0).integers(0, 256, 200_000, dtype=np.uint8).tobytes())
+    with pytest.raises(AudioError, match="not MP3 audio"):
+        load_audio(junk)
+    original = load_audio(BUNDLED_SAMPLE)
+    flac = tmp_path / "really.flac.mp3"  # FLAC named .mp3: read as what it is
+    sf.write(flac, original, 16000, format="FLAC")
+    assert load_audio(flac).size == original.size
+    for rate in (8000, 22050, 44100):  # MPEG-1, 2 and 2.5 streams, a long and a two-frame one
+        import soxr
+
+        audio = soxr.resample(original, 16000, rate)
+        for n in (audio.size, 400):
+            path = tmp_path / f"{rate}-{n}.mp3"
+            sf.write(path, audio[:n], rate, format="MP3")
+            assert load_audio(path).size > 0
 
 
 def test_stereo_48k_works_and_matches_mono(base_engine, shared_data, tmp_path):

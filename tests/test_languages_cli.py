@@ -49,6 +49,26 @@ def test_a_map_of_foreign_text_asks_for_its_language(tmp_path, base_model_dir, c
     assert "context '真っ昼間なのに'" in shown and "キャンプの外" in shown
 
 
+def test_the_python_api_asks_the_transcripts_too(base_model_dir):
+    """``build_token_map`` without ``language`` recorded en for Japanese text, with no check: the
+    CLI's check runs there too (on a generator's first lines, which it then builds from)."""
+    from specwhisper.errors import TokenMapError
+    from specwhisper.tokenizer import WhisperTokenizer
+    from specwhisper.tokenmap import build_token_map
+
+    tokenizer = WhisperTokenizer.from_model_dir(base_model_dir)
+    with pytest.raises(TokenMapError, match="are not English") as info:
+        build_token_map(iter(JAPANESE), tokenizer)
+    assert "language='ja'" in info.value.hint
+    assert build_token_map((t for t in JAPANESE), tokenizer, language="ja").header.language == "ja"
+    with pytest.warns(UserWarning, match="may not be English"):
+        assert build_token_map(SPANISH, tokenizer).header.language == "en"
+    english = ["turn on the kitchen lights", "turn off the kitchen lights"] * 3
+    from_generator = build_token_map((t for t in english), tokenizer)
+    assert from_generator.header.language == "en"
+    assert from_generator.to_bytes() == build_token_map(english, tokenizer).to_bytes()  # nothing asked is lost
+
+
 def test_text_an_ascii_stdout_cannot_hold_is_escaped(monkeypatch):
     from specwhisper.cli import _replace_what_the_terminal_cannot_print
 

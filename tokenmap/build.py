@@ -14,6 +14,7 @@ detection on a short command is a guess (see ``format``).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -31,6 +32,8 @@ DEFAULT_PREFIX_MIN_COUNT = 1
 DEFAULT_TOP_K = 8
 DEFAULT_BUDGET = 64 * 1024 * 1024
 DEFAULT_LANGUAGE = "en"  # the language of the transcripts unless told (None or "none": no language recorded)
+UNLESS_TOLD = "default"  # build_token_map's language when none is given: en, once the transcripts are asked
+ASKED_LINES = 10_000  # transcripts asked whether they are English (a corpus may be a stream of millions)
 MAX_DEPTH = 32  # n + max_len; deeper n-gram paths cost space and never match held-out speech
 BYTES_PER_NODE = 16
 
@@ -173,16 +176,29 @@ def build_from_sequences(seqs: Sequences, params: BuildParams, fingerprint: str,
 def build_token_map(texts: Iterable[str], tokenizer, n: int = DEFAULT_N, max_len: int = DEFAULT_MAX_LEN,
                     min_count: int = DEFAULT_MIN_COUNT, top_k: int | None = DEFAULT_TOP_K,
                     budget_bytes: int = DEFAULT_BUDGET, prefix_min_count: int = DEFAULT_PREFIX_MIN_COUNT,
-                    progress: Progress | None = None, language: str | None = DEFAULT_LANGUAGE) -> TokenMap:
+                    progress: Progress | None = None, language: str | None = UNLESS_TOLD) -> TokenMap:
     """Build a map from transcripts (one utterance each). Deterministic: same input, same bytes.
 
     ``n``: longest context; ``max_len``: longest continuation stored after it; ``min_count``: fewer
     occurrences than this and an n-gram node is dropped; ``prefix_min_count``: the same for whole-
     utterance prefixes (1 keeps every transcript recallable); ``top_k``: continuations kept per
     context; ``budget_bytes``: the file size cap (rarest nodes go first); ``language``: the
-    language of the transcripts, recorded in the map (a Whisper code; None or "none": no language).
+    language of the transcripts, recorded in the map (a Whisper code; None or "none": no language;
+    left out: en, unless the first ``ASKED_LINES`` transcripts are plainly of another script, an
+    error, as ``tokenmap build`` without ``--language`` asks: a Japanese map recorded as English
+    turned transcription into translation).
     """
     params = BuildParams(n, max_len, min_count, prefix_min_count, top_k, budget_bytes)
+    if language == UNLESS_TOLD:
+        from .corpus import english_unless_plainly_not
+
+        if isinstance(texts, Sequence):
+            head = list(texts[:ASKED_LINES])
+        else:  # an iterator: what is asked is put back in front
+            texts = iter(texts)
+            head = list(itertools.islice(texts, ASKED_LINES))
+            texts = itertools.chain(head, texts)
+        language = english_unless_plainly_not(head, option="language")
     language = check_language(language, tokenizer)
     texts = list(texts) if progress is not None and not isinstance(texts, list) else texts
     total = len(texts) if isinstance(texts, list) else None

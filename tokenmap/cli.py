@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from specwhisper.errors import TokenMapError, warn_caller
+from specwhisper.errors import TokenMapError
 
 from .build import (
     DEFAULT_BUDGET,
@@ -100,23 +100,13 @@ def parse_size(text: str) -> int:
 
 def _build(args) -> int:
     from .build import check_language
-    from .corpus import doubt_english, read_transcripts, why_not_english
+    from .corpus import english_unless_plainly_not, read_transcripts
 
     t0 = time.perf_counter()
     budget = parse_size(args.budget)
-    language = DEFAULT_LANGUAGE if args.language is None else args.language
-    check_language(language)  # a typo fails before the transcripts are read
+    check_language(args.language)  # a typo fails before the transcripts are read
     texts = read_transcripts(args.transcripts)
-    if args.language is None and (why := why_not_english(texts)) is not None:
-        raise TokenMapError(f"the transcripts are not English ({why}); a map records their language "
-                            f"({DEFAULT_LANGUAGE} unless told) and transcription with it decodes in that language",
-                            where="--language",
-                            hint="pass their language (e.g. --language ja, --language zh), or --language none "
-                                 "to record none (transcription then detects it)")
-    if args.language is None and (doubt := doubt_english(texts)) is not None:
-        warn_caller(f"the transcripts may not be English ({doubt}): the map records {DEFAULT_LANGUAGE}, and "
-                    "transcription with it decodes in English (speech in another language comes out translated); "
-                    "pass --language with their language (or none) if they are not")
+    language = english_unless_plainly_not(texts) if args.language is None else args.language
     tokenizer = _tokenizer(args.model)
     progress = None
     if not args.quiet and sys.stderr.isatty() and len(texts) >= PROGRESS_MIN_LINES:

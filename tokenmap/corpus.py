@@ -170,6 +170,24 @@ def why_not_english(texts: list[str]) -> str | None:
     return None
 
 
+def english_unless_plainly_not(texts: list[str], option: str = "--language") -> str:
+    """The language a map records when none was given: English, after asking the transcripts
+    (``option`` names the setting in the error and warning: ``--language`` or ``language``)."""
+    def given(value: str) -> str:
+        return f"{option} {value}" if option.startswith("--") else f"{option}={value!r}"
+
+    if (why := why_not_english(texts)) is not None:
+        raise TokenMapError(f"the transcripts are not English ({why}); a map records their language "
+                            "(en unless told) and transcription with it decodes in that language",
+                            where=option, hint=f"pass their language (e.g. {given('ja')}, {given('zh')}), or "
+                                               f"{given('none')} to record none (transcription then detects it)")
+    if (doubt := doubt_english(texts)) is not None:
+        warn_caller(f"the transcripts may not be English ({doubt}): the map records en, and transcription "
+                    "with it decodes in English (speech in another language comes out translated); if they are not, "
+                    f"give their language ({given('es')}, or {given('none')} to record none)")
+    return "en"
+
+
 def doubt_english(texts: list[str]) -> str | None:
     """Why ``texts`` in a Latin alphabet may not be English (few English function words, many
     accented letters), or None: worth a warning (Spanish transcripts recorded as English made

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 
@@ -27,7 +26,7 @@ from specwhisper.audio import SAMPLE_RATE, load_audio
 
 from ..data import half, load_set, shared_data_root, subset
 from ..metrics import edit_distance
-from .live_stream import words
+from .live_stream import fed_in_steps, words
 
 
 def noisy(clip: np.ndarray, lead_s: float, tail_s: float, db: float, seed: int) -> np.ndarray:
@@ -44,10 +43,7 @@ def stream_clip(engine: WhisperEngine, audio: np.ndarray, speech_end_s: float, *
     stream = engine.stream("en", **options)
     step = SAMPLE_RATE
     text, after, last = [], 0, None
-    for i in range(0, audio.size + 1, step):
-        t0 = time.perf_counter()
-        events = stream.feed(audio[i:i + step]) if i < audio.size else stream.finish()
-        wall = time.perf_counter() - t0
+    for events, wall in fed_in_steps(stream, audio, step):
         for e in events:
             if e.kind == "commit" and e.text.strip():
                 text.append(e.text)
