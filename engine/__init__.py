@@ -7,6 +7,10 @@
 
 __version__ = "0.1.0"
 
+from .no_telemetry import quiet_onnxruntime  # noqa: E402  (before anything loads ONNX Runtime)
+
+quiet_onnxruntime()
+
 # Every error a caller can cause is a SpecWhisperError; catch a kind by its class (an OptionError
 # and an UnknownModelError are ValueErrors, an UnknownOptionError a TypeError, as Python's own are).
 from .errors import (  # noqa: E402

@@ -2,28 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
-from .errors import AudioError
+from .errors import AudioError, warn_caller
 
 SAMPLE_RATE = 16000
 BUNDLED_SAMPLE = Path(__file__).parent / "samples" / "morning.flac"  # the demo and the self-checks' speech
 _SOUNDFILE_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".aiff", ".aif", ".au", ".caf", ".w64", ".rf64"}
 
-AudioInput = str | Path | bytes | bytearray | np.ndarray | BinaryIO
+AudioInput = str | Path | bytes | bytearray | memoryview | np.ndarray | BinaryIO
 
 
 def load_audio(source: AudioInput, sample_rate: int | None = None) -> np.ndarray:
     """Decode ``source`` into a float32 mono waveform at 16 kHz.
 
     Arrays are taken as already mono/16 kHz unless ``sample_rate`` says otherwise; a 2-D array
-    is (samples, channels). Bytes and paths are decoded with soundfile (wav/flac/ogg), or PyAV
-    for compressed and video formats when the ``[av]`` extra is installed.
+    is (samples, channels). Bytes (or a memoryview of them, as ``LiveStream.feed`` takes) and
+    paths are decoded with soundfile (wav/flac/ogg, and mp3 with libsndfile 1.1+), or PyAV for
+    compressed and video formats when the ``[av]`` extra is installed. A file that breaks off
+    (cut short in a copy or a download) gives what decodes before the break, with a warning.
     """
     if isinstance(source, np.ndarray):
         if source.dtype.kind == "f":
@@ -34,10 +39,11 @@ def load_audio(source: AudioInput, sample_rate: int | None = None) -> np.ndarray
         if isinstance(source, str):
             raise AudioError("the file object is open in text mode", where="audio",
                              hint="open it with mode 'rb'")
-    if isinstance(source, (bytes, bytearray)):
-        if not source:
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        if not data:
             raise AudioError("audio bytes are empty", where="bytes input", hint="pass the contents of an audio file")
-        return _decode(io.BytesIO(bytes(source)), "bytes input", suffix="")
+        return _decode(io.BytesIO(data), "bytes input", suffix="")
     if not isinstance(source, (str, os.PathLike)):
         raise AudioError(f"audio must be a path, bytes, a binary file object or a numpy array of samples, got "
                          f"{type(source).__name__}", where="audio",
@@ -67,54 +73,231 @@ def check_audio_path(source: str | os.PathLike[str]) -> Path:
     return path
 
 
+_MP3_HINT = "the file may be corrupt; or pip install 'specwhisper[av]' (FFmpeg's decoder)"
+
+
 def _decode(source: Path | io.BytesIO, where: str, suffix: str) -> np.ndarray:
     import soundfile as sf
 
     mp3 = _mp3_through_libsndfile(suffix)
     if suffix in _SOUNDFILE_SUFFIXES or suffix == "" or mp3:
         try:
-            data, rate = sf.read(source, dtype="float32", always_2d=True)
+            data, rate = _read_soundfile(source, where)
             return _normalise(data, rate, where)
+        except _NothingDecodes as exc:  # libsndfile knows the format: no other decoder is asked
+            raise AudioError(f"cannot decode {'MP3 ' * mp3}audio: {exc}", where=where,
+                             hint=_MP3_HINT if mp3 else _undecodable_hint(suffix)) from None
         except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
             if mp3:
-                raise AudioError(f"cannot decode MP3 audio: {exc}", where=where,
-                                 hint="the file may be corrupt; or pip install 'specwhisper[av]' (FFmpeg's decoder)") from None
+                raise AudioError(f"cannot decode MP3 audio: {exc}", where=where, hint=_MP3_HINT) from None
             if suffix in _SOUNDFILE_SUFFIXES:
-                raise AudioError(f"cannot decode audio: {exc}", where=where,
-                                 hint="the file may be corrupt or not audio; convert it to 16-bit WAV or FLAC") from None
+                raise AudioError(f"cannot decode audio: {exc}", where=where, hint=_undecodable_hint(suffix)) from None
             if isinstance(source, io.BytesIO):
                 source.seek(0)
-    return _decode_with_av(source, where)
+    return _decode_with_av(source, where, tried_soundfile=suffix == "")
 
 
-def _decode_with_av(source: Path | io.BytesIO, where: str) -> np.ndarray:
+def _undecodable_hint(suffix: str) -> str:
+    """What to do with a file libsndfile cannot decode: a damaged file is not mended by
+    converting it to its own format, so the advice names another one."""
+    other = {".wav": "FLAC", ".flac": "16-bit WAV"}.get(suffix, "16-bit WAV or FLAC")
+    return f"the file may be damaged or not audio: check that it plays, or convert it to {other}"
+
+
+class _NothingDecodes(Exception):
+    """libsndfile opened the audio (its header is one it knows) and not one frame of it decodes."""
+
+
+# Frames per libsndfile read. A failing read's frames are kept where libsndfile's position says
+# how many it decoded (a cut FLAC: "lost sync"); where the position is lost too ("psf_fseek()
+# failed": a FLAC streamed without its length, near its end) that block is read again in small reads.
+BLOCK_FRAMES, SMALL_BLOCK_FRAMES = 1 << 16, 1 << 10
+
+
+def _read_soundfile(source: Path | io.BytesIO, where: str) -> tuple[np.ndarray, int]:
+    """(samples, channels) float32 and the rate of a file libsndfile reads, read block by block.
+
+    One read of the whole file raised at a break and kept nothing: a FLAC cut to 700 KB failed
+    with "flac decoder lost sync" though 67 s of it decode (and a streamed FLAC, whose header gives
+    no length, asked for an array of 2**63 frames). Blocks keep what decodes; a file that breaks
+    off or ends before its header's length is transcribed as far as it goes, with a warning
+    (``_warn_if_cut_short``). Nothing decoded at all raises the decoder's error.
+    """
+    import soundfile as sf
+
+    with sf.SoundFile(source) as f:
+        rate, channels, frames = f.samplerate, f.channels, f.frames
+        blocks, error, lost = _read_blocks(f, BLOCK_FRAMES)
+    if lost:
+        more, error = _read_again_in_small_blocks(source, sum(map(len, blocks)), error)
+        blocks += more
+    data = np.concatenate(blocks) if blocks else np.zeros((0, channels), np.float32)
+    if error is not None and not len(data):
+        raise _NothingDecodes(_decoder_says(error))
+    got_s = len(data) / rate
+    promised_s = _promised_seconds(source, frames / rate if 0 < frames < 1 << 62 else None, got_s)
+    _warn_if_cut_short(where, got_s, promised_s, _decoder_says(error) if error else None)
+    return data, rate
+
+
+def _promised_seconds(source: Path | io.BytesIO, header_s: float | None, got_s: float) -> float | None:
+    """The length the file's header gives: libsndfile's (``header_s``; None where the header has
+    none, as a streamed FLAC's 2**63 - 1 frames), but a WAV's from its data chunk, since libsndfile
+    counts a cut WAV's frames from the file's size (assuming the bytes and ``got_s`` in proportion)."""
+    wav = _wav_data_sizes(source)
+    if wav is None or wav[0] <= wav[1]:
+        return header_s
+    return got_s * wav[0] / wav[1] if wav[1] else None
+
+
+def _decoder_says(error: Exception) -> str:
+    """libsndfile's message without its "Error : " and final stop, to quote inside a sentence."""
+    text = str(getattr(error, "error_string", None) or error).strip()
+    return text.removeprefix("Error : ").removeprefix("Error: ").rstrip(".")
+
+
+def _read_blocks(f, size: int) -> tuple[list[np.ndarray], Exception | None, bool]:
+    """(blocks, error, lost) of ``f`` (a ``soundfile.SoundFile``) read ``size`` frames at a time
+    up to its end or a decoding error, which is returned, not raised. The frames the failing read
+    decoded are kept where its position says how many (a break can fall late in a block);
+    ``lost``: the position was lost too, and with it the frames of that read."""
+    import soundfile as sf
+
+    blocks: list[np.ndarray] = []
+    done = 0
+    while True:
+        out = np.zeros((size, f.channels), np.float32)
+        try:
+            n = len(f.read(out=out))
+        except (sf.LibsndfileError, RuntimeError) as exc:
+            try:
+                partial = f.tell() - done
+            except (sf.LibsndfileError, RuntimeError):
+                partial = -1
+            if 0 < partial <= size:
+                blocks.append(out[:partial])
+            return blocks, exc, not 0 <= partial <= size
+        if n:
+            blocks.append(out[:n])
+            done += n
+        if n < size:
+            return blocks, None, False
+
+
+def _read_again_in_small_blocks(source: Path | io.BytesIO, start: int,
+                                error: Exception) -> tuple[list[np.ndarray], Exception]:
+    """The frames from ``start`` to the break read again ``SMALL_BLOCK_FRAMES`` at a time, and
+    the error there (``error`` where the file cannot be opened and sought again)."""
+    import soundfile as sf
+
+    if isinstance(source, io.BytesIO):
+        source.seek(0)
+    try:
+        with sf.SoundFile(source) as f:
+            f.seek(start)
+            blocks, again, _ = _read_blocks(f, SMALL_BLOCK_FRAMES)
+    except (sf.LibsndfileError, RuntimeError):
+        return [], error
+    return blocks, again or error
+
+
+# A WAV data chunk's size that promises nothing: writers that stream to a pipe leave 0 or
+# 0xFFFFFFFF there, sox 0x7FFFF000 ("unspecified"); such a file's length is its size.
+_OPEN_WAV_SIZES = (0, 0x7FFFF000, 0xFFFFFFFF)
+
+
+def _wav_data_sizes(source: Path | io.BytesIO) -> tuple[int, int] | None:
+    """(bytes a RIFF WAVE file's data chunk header promises, bytes the file holds after that
+    header), or None for another format or an open length. libsndfile sizes a cut WAV from the
+    file, so its header is the only place the missing part shows."""
+    with (open(source, "rb") if isinstance(source, Path) else _rewound(source)) as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(0)
+        head = f.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+            return None
+        position = 12
+        while position + 8 <= size:
+            f.seek(position)
+            chunk, length = struct.unpack("<4sI", f.read(8))
+            if chunk == b"data":
+                return None if length in _OPEN_WAV_SIZES else (length, size - position - 8)
+            position += 8 + length + (length & 1)
+    return None
+
+
+@contextlib.contextmanager
+def _rewound(buffer: io.BytesIO) -> Iterator[io.BytesIO]:
+    """``buffer`` in a ``with``, left at its start afterwards (and open, where a file's ``with``
+    closes it): a decoder tried after soundfile reads it from the start."""
+    try:
+        yield buffer
+    finally:
+        buffer.seek(0)
+
+
+def _warn_if_cut_short(where: str, got_s: float, promised_s: float | None, error: str | None) -> None:
+    """One warning, worded the same for every format and decoder, for audio that breaks off
+    (``error``: the decoder's words) or ends over 0.1 s before the length its header gives (an
+    MP3's Xing header, a WAV's data chunk): the transcript covers only what decodes, and without a
+    word the missing end looked like silence."""
+    if error is None and (promised_s is None or promised_s - got_s <= 0.1):
+        return
+    of = f" of the {promised_s:.1f} s its header gives" if promised_s is not None else ""
+    warn_caller(f"{where}: the audio is cut short or damaged after {got_s:.1f} s{of} "
+                f"({error or 'the file ends early'}): transcribing the {got_s:.1f} s that decode")
+
+
+def _soundfile_formats() -> str:
+    """The formats libsndfile reads here, as error messages name them (MP3 with libsndfile 1.1+)."""
+    return "WAV, FLAC, OGG or MP3" if _libsndfile_reads_mp3() else "WAV, FLAC or OGG"
+
+
+def _decode_with_av(source: Path | io.BytesIO, where: str, tried_soundfile: bool = True) -> np.ndarray:
+    """Decode with PyAV (FFmpeg). ``tried_soundfile``: libsndfile was given the content and could
+    not read it (bytes, a path without a suffix); a path with another suffix was never given to it."""
     try:
         import av
     except ImportError:
         if isinstance(source, io.BytesIO):  # raw samples are the usual mistake here, not an mp3
-            raise AudioError("these bytes are not WAV, FLAC or OGG, and other formats need PyAV, which is not "
-                             "installed", where=where, hint="bytes are an audio file's contents; raw 16-bit PCM is "
-                             "np.frombuffer(data, np.int16) (16 kHz mono), or pip install 'specwhisper[av]'") from None
-        raise AudioError("not WAV, FLAC or OGG, and other formats need PyAV, which is not installed", where=where,
+            raise AudioError(f"these bytes are not {_soundfile_formats()}, and other formats need PyAV, which is "
+                             "not installed", where=where, hint="bytes are an audio file's contents; raw 16-bit PCM "
+                             "is np.frombuffer(data, np.int16) (16 kHz mono), or pip install 'specwhisper[av]'") from None
+        what = f"not {_soundfile_formats()}" if tried_soundfile else f"a {source.suffix} file"
+        raise AudioError(f"{what}, and other formats need PyAV, which is not installed", where=where,
                          hint="pip install 'specwhisper[av]', or convert the file to WAV/FLAC") from None
+    chunks: list[np.ndarray] = []
     try:
-        chunks = []
         with av.open(source if isinstance(source, io.BytesIO) else str(source), mode="r") as container:
             if not container.streams.audio:
                 raise AudioError("file has no audio stream", where=where, hint="pass an audio or video file with sound")
-            resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
-            for frame in container.decode(audio=0):
-                for out in resampler.resample(frame):
-                    chunks.append(out.to_ndarray().reshape(-1))
-            for out in resampler.resample(None):
-                chunks.append(out.to_ndarray().reshape(-1))
+            stream = container.streams.audio[0]
+            promised_s = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else None
+            error = _av_samples(av, container, chunks)
     except AudioError:
         raise
     except Exception as exc:  # PyAV raises many error types (InvalidDataError, OSError, ...)
         raise AudioError(f"cannot decode audio: {exc}", where=where,
                          hint="the file may be corrupt or not audio") from None
     audio = np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
+    if error is not None and not audio.size:
+        raise AudioError(f"cannot decode audio: {error}", where=where, hint="the file may be corrupt or not audio")
+    _warn_if_cut_short(where, audio.size / SAMPLE_RATE, promised_s, str(error).strip().rstrip(".") if error else None)
     return _check(audio, where)
+
+
+def _av_samples(av, container, chunks: list[np.ndarray]) -> Exception | None:
+    """Append the first audio stream's samples (float32 mono 16 kHz) to ``chunks`` up to its end
+    or a decoding error, which is returned: what decoded before a break is kept, as with soundfile."""
+    resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
+    error = None
+    try:
+        for frame in container.decode(audio=0):
+            chunks.extend(out.to_ndarray().reshape(-1) for out in resampler.resample(frame))
+    except Exception as exc:  # av.error.InvalidDataError and kin: the stream breaks off here
+        error = exc
+    chunks.extend(out.to_ndarray().reshape(-1) for out in resampler.resample(None))
+    return error
 
 
 MAX_CHANNELS = 64  # more columns than this in a 2-D array with fewer rows is (channels, samples), transposed
@@ -122,6 +305,9 @@ MIN_RATE, MAX_RATE = 1000, 1_000_000  # sample rates taken (Hz); audio outside i
 
 
 def _normalise(data: np.ndarray, rate: int, where: str) -> np.ndarray:
+    """``data`` (samples, or (samples, channels)) at ``rate`` as float32 mono at 16 kHz. Integer
+    PCM is scaled to [-1, 1] before channels are mixed: a mean of int16 columns is float64 at
+    PCM scale (a stereo int16 array gave samples of 1000, not 0.03)."""
     data = np.asarray(data)
     if data.ndim == 2 and data.shape[1] == 0:
         raise AudioError(f"audio array has no channels (shape {data.shape})", where=where,
@@ -130,10 +316,7 @@ def _normalise(data: np.ndarray, rate: int, where: str) -> np.ndarray:
         raise AudioError(f"audio array of shape {data.shape} looks like (channels, samples): arrays are "
                          "(samples, channels) or mono", where=where,
                          hint="pass audio.T, or a mono mix: audio.mean(axis=0) (torchaudio.load gives (channels, samples))")
-    if data.ndim == 2:
-        with np.errstate(over="ignore", invalid="ignore"):  # non-finite results are refused in _check
-            data = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
-    elif data.ndim != 1:
+    if data.ndim not in (1, 2):
         raise AudioError(f"audio array must be 1-D or (samples, channels), got shape {data.shape}", where=where,
                          hint="pass a mono waveform")
     if data.dtype.kind not in "iuf":
@@ -142,18 +325,53 @@ def _normalise(data: np.ndarray, rate: int, where: str) -> np.ndarray:
     if not isinstance(rate, (int, np.integer)) or not MIN_RATE <= rate <= MAX_RATE:
         raise AudioError(f"sample rate must be a whole number of Hz from {MIN_RATE} to {MAX_RATE}, got {rate!r}",
                          where=where, hint="pass the rate the samples were recorded at, e.g. 16000")
-    if data.dtype.kind == "i":
-        data = data.astype(np.float32) / float(np.iinfo(data.dtype).max + 1)
-    elif data.dtype.kind == "u":  # unsigned PCM (8-bit WAV's convention): silence at mid-range
-        middle = float(np.iinfo(data.dtype).max + 1) / 2
-        data = (data.astype(np.float64) - middle) / middle
+    if data.dtype.kind in "iu":
+        data = _scale_integer_pcm(data, where)
     with np.errstate(over="ignore", invalid="ignore"):  # values past float32's range become inf: refused in _check
         data = data.astype(np.float32, copy=False)
+        if data.ndim == 2:
+            data = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]
     if rate != SAMPLE_RATE and data.size:
         import soxr
 
         data = soxr.resample(data, rate, SAMPLE_RATE, quality="HQ").astype(np.float32, copy=False)
     return _check(data, where)
+
+
+def _scale_integer_pcm(data: np.ndarray, where: str) -> np.ndarray:
+    """Integer PCM as floats in [-1, 1], by its dtype's full scale (unsigned: silence at mid-range,
+    8-bit WAV's convention)."""
+    if data.dtype.itemsize > 2:
+        _refuse_16_bit_values_in_wide_integers(data, where)
+    full_scale = float(np.iinfo(data.dtype).max) + 1
+    if data.dtype.kind == "i":
+        return data.astype(np.float32) / full_scale
+    middle = full_scale / 2
+    return (data.astype(np.float64) - middle) / middle
+
+
+def _refuse_16_bit_values_in_wide_integers(data: np.ndarray, where: str) -> None:
+    """Refuse an int32/int64 (uint32/uint64) array whose values fit in 16 bits.
+
+    Such an array is 16-bit PCM in a wider type (``np.array(x.tolist())`` of int16 samples is
+    int64): scaled by its own dtype's full scale (2**31, 2**63) it is near silence, and the
+    transcript came back empty without a word, where a float array at integer scale is refused.
+    Real 32-bit PCM this quiet (-96 dBFS) holds nothing to transcribe. All zeros (digital silence)
+    is taken.
+    """
+    lo, hi = (int(data.min()), int(data.max())) if data.size else (0, 0)
+    if data.dtype.kind == "i" and (lo or hi) and -32768 <= lo and hi <= 32768:
+        raise AudioError(f"{data.dtype} samples peak at {max(-lo, hi)}: they look like 16-bit samples in a wider "
+                         f"array, which is scaled by its own full scale (2**{data.dtype.itemsize * 8 - 1}) "
+                         "to near silence", where=where,
+                         hint="pass samples.astype(np.int16), or floats in [-1, 1]: "
+                              "(samples / 32768).astype(np.float32)")
+    if data.dtype.kind == "u" and hi and hi <= 65535:
+        raise AudioError(f"{data.dtype} samples peak at {hi}: they look like unsigned 16-bit samples in a wider "
+                         f"array, which is scaled by its own full scale (2**{data.dtype.itemsize * 8}) "
+                         "to a constant", where=where,
+                         hint="pass samples.astype(np.uint16) (silence at 32768), or floats in [-1, 1]: "
+                              "((samples - 32768) / 32768).astype(np.float32)")
 
 
 # Float samples are in [-1, 1]; a float recording may peak a little above 1, never +24 dB. A peak

@@ -7,6 +7,7 @@ model) touch CTranslate2 objects.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import threading
 import time
@@ -19,7 +20,7 @@ import numpy as np
 
 from .call_timing import TimingInput, call_seconds, interleaved_call_seconds, monotone_costs
 from .encoders import choose_encoder
-from .errors import ModelError, OptionError, option_where
+from .errors import ModelError, OptionError, SpecWhisperError, option_where
 from .measure_cache import cache_get, cache_put, kernel_env, measuring
 from .model_check import check_against_weights
 from .model_store import check_model_dir
@@ -27,6 +28,7 @@ from .row_patterns import CEILINGS, cycled_calls, even_calls, invariant_rows, ma
 from .tokenizer import WhisperTokenizer
 
 MAX_POSITIONS = 448  # Whisper decoder positions (prompt + generated)
+_LOADED_IN_PID: int | None = None  # the process that loaded a model: a fork of it hangs loading another
 FULL_ENCODER_FRAMES = 1500  # encoder outputs of a full 30 s window
 _SELFTEST_LEN = 30  # tokens decoded per self-test run
 # Previous-text tokens before the sweeps to the last position: none, and a conditioned window's
@@ -180,11 +182,19 @@ class LoadedModel:
         return self._requested_compute_type
 
     def _load(self, threads: int, compute_type: str | None = None):
+        global _LOADED_IN_PID
         ct2 = _import_ct2()
+        if _LOADED_IN_PID not in (None, os.getpid()):
+            raise SpecWhisperError("this process was forked from one that had loaded a model, and CTranslate2 "
+                                   "hangs for good loading one in it", where="a model loaded in a forked process",
+                                   hint="start worker processes with the 'spawn' or 'forkserver' method "
+                                        "(multiprocessing.get_context('spawn')), or load models only in the workers")
         try:
-            return ct2.models.Whisper(str(self.model_dir), device=self.device, device_index=self.device_index,
-                                      compute_type=compute_type or self._requested_compute_type,
-                                      intra_threads=threads, inter_threads=1)
+            model = ct2.models.Whisper(str(self.model_dir), device=self.device, device_index=self.device_index,
+                                       compute_type=compute_type or self._requested_compute_type,
+                                       intra_threads=threads, inter_threads=1)
+            _LOADED_IN_PID = os.getpid()
+            return model
         except (RuntimeError, ValueError) as exc:
             asked = compute_type or self._requested_compute_type
             if "compute type" in str(exc) and "do not support" in str(exc):  # the machine, not the model

@@ -25,6 +25,7 @@ from typing import Protocol
 import numpy as np
 
 from .errors import ModelError, OptionError, option_where
+from .no_telemetry import import_openvino
 from .ort_session import cpu_session_options
 
 ENCODERS = ("auto", "ct2", "onnx", "openvino")
@@ -95,7 +96,7 @@ class OpenVinoEncoder:
 
     def __init__(self, model_dir: Path, precision: str, threads: int) -> None:
         try:
-            import openvino as ov
+            ov = import_openvino()
         except ImportError:
             raise ModelError("the OpenVINO encoder needs openvino", where="--encoder openvino",
                              hint="pip install 'specwhisper[openvino]', or use --encoder onnx or ct2") from None

@@ -8,10 +8,10 @@ import json
 import logging
 import os
 import threading
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
+from .errors import warn_caller
 from .io_utils import exclusive_lock
 
 # Environment settings that can change which CPU/GPU kernels CTranslate2 runs (``*_VERBOSE`` only log).
@@ -84,6 +84,9 @@ def cache_get(key: str):
     return None
 
 
+_SAID: set[str] = set()  # unwritable caches already warned about
+
+
 def cache_put(key: str, value) -> None:
     """Add one value. Read, changed and written under a lock on a file beside it: processes that
     measure at once (a batch job's pool) would otherwise each write back what they read, and the
@@ -98,10 +101,12 @@ def cache_put(key: str, value) -> None:
             return
         except OSError as exc:  # read-only: the next place, and a warning where none can keep it
             failed.append(f"{cache} ({exc.strerror or exc})")
-    if failed:  # a cache that cannot be written must not stop transcription
-        warnings.warn(f"cannot write the self-test cache: {'; '.join(failed)}: this machine is measured again "
-                      "at the next start (point SPECWHISPER_CACHE or XDG_CACHE_HOME at a writable folder)",
-                      stacklevel=2)
+    said = "; ".join(failed)
+    if failed and said not in _SAID:  # a cache that cannot be written must not stop transcription; said
+        # once a process (a load writes it several times), at the application's line
+        _SAID.add(said)
+        warn_caller(f"cannot write the self-test cache: {said}: this machine is measured again "
+                    "at the next start (point SPECWHISPER_CACHE or XDG_CACHE_HOME at a writable folder)")
 
 
 def _read_cache(path: Path) -> dict:

@@ -23,6 +23,7 @@ from .decoding_options import check_token_ids, seek_clips, window_prompt
 from .drafters.base import Drafter, WindowContext
 from .drafters.bigram import BigramGuesser
 from .drafters.chain import DrafterChain
+from .early_end import restart_frame
 from .errors import OptionError, SpecWhisperError, warn_caller
 from .fallback import (
     Attempt,
@@ -542,7 +543,8 @@ class WhisperEngine:
     def _transcribe_seeking(self, run: _Run, waveform: np.ndarray, mel: np.ndarray,
                             n_content: int) -> Iterator[WindowResult]:
         """Windows decoded with timestamps, each starting where the last complete segment ended
-        (within each clip of ``clip_timestamps``); a window holds at most ``window_frames`` of audio.
+        (within each clip of ``clip_timestamps``), or where a window that ended early while speech
+        went on left off (``early_end``); a window holds at most ``window_frames`` of audio.
 
         Where the next window starts is known only once this one is decoded, so nothing is
         encoded ahead."""
@@ -561,6 +563,10 @@ class WhisperEngine:
                     if progress:
                         progress(seek, n_content)
                     window = self._transcribe_window(run, waveform, ahead, index, seek, min(seek + length, end))
+                    if window.numerics != "skipped" and window.segments:  # ended early while speech went on?
+                        restart = restart_frame(waveform, seek, min(seek + length, end), window.segments[-1].end_s,
+                                                round(window.end_s * 100))
+                        window.end_s = window.end_s if restart is None else restart / 100
                     run.windows.append(window)
                     yield window
                     if run.ctx_frames < N_FRAMES:  # a short encoder window holds the whole (short) clip

@@ -434,9 +434,7 @@ def _waveform(audio) -> np.ndarray:
     """A path, file object or 16 kHz samples as samples; an empty array stays empty (no error)."""
     if isinstance(audio, np.ndarray) and audio.size == 0:
         return np.zeros(0, np.float32)
-    if hasattr(audio, "read"):
-        audio = audio.read()
-    return load_audio(audio)
+    return load_audio(audio)  # a file object too: one open in text mode is an error there, not a path
 
 
 def _engine_options(fw: dict, extra: dict, log_progress: bool) -> dict:

@@ -16,7 +16,15 @@ import pytest
 from specwhisper.cli import main
 from specwhisper.results import Segment
 from specwhisper.word_timestamps import Word
-from specwhisper.writers import CueOptions, iter_cues, render, wrap_words
+from specwhisper.writers import (
+    MIN_CUE_S,
+    CueOptions,
+    iter_cues,
+    lengthen_cues,
+    render,
+    subtitle_cues,
+    wrap_words,
+)
 
 PHRASE = "ask not what your country can do for you"
 ALLOWED_NUMERICS = {"single-row", "batch-invariant", "mixed", "native"}
@@ -91,6 +99,37 @@ def test_srt_cues_cut_by_max_words_per_line(tiny, jfk, tmp_path, words_json):
     for (a, b, text), (start, end, words) in zip(cues, expected):
         assert text == words and a == pytest.approx(start, abs=1e-3) and b == pytest.approx(end, abs=1e-3)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # atomic: no temp file left
+
+
+def _vtt_cues(text: str) -> list[tuple[float, float, str]]:
+    """(start s, end s, text) of each cue of a vtt file."""
+    assert text.startswith("WEBVTT\n\n")
+    srt_like = [f"0\n{block.replace('.', ',', 2)}" for block in text[len("WEBVTT\n\n"):].strip().split("\n\n")]
+    return _srt_cues("\n\n".join(srt_like))
+
+
+@pytest.mark.parametrize("seconds", [(0, 30), (190, 210)])
+def test_words_timed_with_no_length_still_get_cues_of_their_own_time(tiny_engine, shared_data, seconds):
+    """tiny.en times some words of the LJ passage with start == end (' differs' at 4.92 s, the next
+    word starting there too; ' Paris,' at 200.66 s, a gap after it): srt/vtt cues ended where they
+    began, which WebVTT forbids and players skip. Each such cue now lasts (forward into the gap
+    after it, else backward into the gap before it), overlaps neither neighbour, and no word is lost."""
+    import soundfile as sf
+
+    audio, rate = sf.read(shared_data / "longform/ljspeech_LJ001-0001_to_0032_concat.flac", dtype="float32")
+    result = tiny_engine.transcribe(audio[seconds[0] * rate:seconds[1] * rate], language="en", word_timestamps=True)
+    words = [w for s in result.segments if s.text.strip() for w in s.words]
+    still = [w for w in words if round(w.end, 3) <= round(w.start, 3)]
+    assert still, "no word of this clip is timed with start == end any more: pick a clip that has one"
+    for fmt, per_cue, parse in (("srt", 1, _srt_cues), ("vtt", 8, _vtt_cues)):
+        cues = parse(render(result, fmt, cues=CueOptions(max_words_per_line=per_cue)))
+        assert all(b > a for a, b, _ in cues), fmt
+        assert all(b <= c for (_, b, _), (c, _, _) in zip(cues, cues[1:])), fmt  # none overlaps the next
+        assert " ".join(t.replace("\n", " ") for _, _, t in cues).split() == "".join(w.word for w in words).split()
+    cues = _srt_cues(render(result, "srt", cues=CueOptions(max_words_per_line=1)))
+    for word in still:  # each at the time Whisper gave it, a few tenths of a second long
+        a, b, _ = next(c for c in cues if c[2] == word.word.strip() and c[0] <= word.start + 1e-3 <= c[1] + 2e-3)
+        assert 0 < b - a <= 0.3 + 1e-6
 
 
 def test_beam_size_2_runs_beam_search(tiny, jfk, tmp_path):
@@ -189,6 +228,50 @@ def test_cues_by_words_and_width():
     assert plain == [(0.0, 4.5, "a b c d e"), (10.0, 11.5, "f g")]
     no_words = Segment(20.0, 21.0, " h i", [], None)  # nothing aligned: the segment's own cue
     assert list(iter_cues([no_words], CueOptions(max_words_per_line=1))) == [(20.0, 21.0, "h i")]
+
+
+def _cue(start: float, end: float, text: str) -> Segment:
+    """A segment of one word timed ``start``-``end``."""
+    return Segment(start, max(start, end), text, [], [Word(start, end, text, 0.9)])
+
+
+def test_zero_length_word_cues_take_time_from_the_gaps_beside_them():
+    one = CueOptions(max_words_per_line=1)
+    gap_after = [_cue(1.0, 2.0, " a"), _cue(3.0, 3.0, " b"), _cue(5.0, 6.0, " c")]
+    assert subtitle_cues(_transcript(gap_after), one)[1] == (3.0, 3.3, "b")  # MIN_CUE_S forward
+    short_gap = [_cue(1.0, 2.0, " a"), _cue(3.0, 3.0, " b"), _cue(3.1, 4.0, " c")]
+    assert subtitle_cues(_transcript(short_gap), one)[1] == (3.0, 3.1, "b")  # up to the next cue
+    next_touches = [_cue(1.0, 2.0, " a"), _cue(3.0, 3.0, " b"), _cue(3.0, 4.0, " c")]
+    assert subtitle_cues(_transcript(next_touches), one)[1] == (2.7, 3.0, "b")  # backward instead
+    both_touch = [_cue(1.0, 3.0, " a"), _cue(3.0, 3.0, " b"), _cue(3.0, 3.0, " c"), _cue(3.0, 4.0, " d")]
+    assert subtitle_cues(_transcript(both_touch), one) == [(1.0, 3.0, "a"), (3.0, 4.0, "b\nc\nd")]
+    at_the_end = [_cue(1.0, 3.0, " a"), _cue(3.0, 3.0, " b")]  # the media ends there: joins the previous cue
+    assert subtitle_cues(_transcript(at_the_end, duration_s=3.0), one) == [(1.0, 3.0, "a\nb")]
+    past_the_end = [_cue(1.0, 2.0, " a"), _cue(7.0, 8.0, " b")]  # clamped to the media's end, then lengthened
+    assert subtitle_cues(_transcript(past_the_end, duration_s=5.0), one) == [(1.0, 2.0, "a"), (4.7, 5.0, "b")]
+    rounds_to_nothing = [_cue(1.0, 1.0004, " a"), _cue(2.0, 3.0, " b")]  # the files write whole ms
+    assert subtitle_cues(_transcript(rounds_to_nothing), one)[0] == (1.0, 1.3, "a")
+    group = Segment(0.0, 2.0, " x y z", [], [Word(0.0, 1.0, " x", 0.9), Word(2.0, 2.0, " y", 0.9),
+                                             Word(2.0, 2.0, " z", 0.9)])
+    assert subtitle_cues(_transcript([group]), CueOptions(max_words_per_line=2)) == [(0.0, 2.0, "x y"),
+                                                                                      (2.0, 2.3, "z")]
+    vtt = render(_transcript(next_touches), "vtt", cues=one)
+    assert "00:00:02.700 --> 00:00:03.000\nb\n" in vtt
+    assert MIN_CUE_S == 0.3 and lengthen_cues([]) == []
+
+
+def _transcript(segments: list[Segment], duration_s: float | None = None):
+    """A transcript of ``segments`` as the writers read it (no ``duration_s`` where None)."""
+    class Transcript:
+        text = "".join(s.text for s in segments)
+
+        def to_dict(self) -> dict:
+            return {"text": self.text, "segments": [s.to_dict() for s in segments]}
+
+    Transcript.segments = segments
+    if duration_s is not None:
+        Transcript.duration_s = duration_s
+    return Transcript()
 
 
 def test_vtt_and_json_render_words():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -54,7 +55,7 @@ def test_channels_first_arrays_and_raw_pcm_bytes_get_clear_errors(base_engine):
     try:
         import av  # noqa: F401
     except ImportError:
-        with pytest.raises(AudioError, match="not WAV, FLAC or OGG") as info:
+        with pytest.raises(AudioError, match="not WAV, FLAC,? (or )?OGG") as info:
             load_audio((np.zeros(1600) * 0).astype("<i2").tobytes())
         assert "np.frombuffer(data, np.int16)" in info.value.hint
 
@@ -117,6 +118,79 @@ def test_a_file_named_mp3_that_is_not_mpeg_audio_is_refused_by_what_it_is(tmp_pa
             assert load_audio(path).size > 0
 
 
+def _cut(source: Path, path: Path, size: int) -> Path:
+    """``path`` holding the first ``size`` bytes of ``source``: a copy or download cut short."""
+    path.write_bytes(source.read_bytes()[:size])
+    return path
+
+
+def test_a_cut_flac_is_transcribed_as_far_as_it_decodes_with_a_warning(tiny_engine, shared_data, tmp_path):
+    """longform.flac cut to 700 KB failed whole ("cannot decode audio: flac decoder lost sync",
+    told to convert the FLAC to FLAC) though its first 67 s decode."""
+    cut = _cut(shared_data / "longform/longform.flac", tmp_path / "cut.flac", 700_000)
+    with pytest.warns(UserWarning, match=r"cut short or damaged after 67\.1 s of the 150\.2 s its header gives "
+                                         r"\(flac decoder lost sync\)") as caught:
+        result = tiny_engine.transcribe(cut, language="en")
+    assert caught[0].filename == __file__ and str(cut) in str(caught[0].message)
+    assert result.duration_s == pytest.approx(67.07, abs=0.01)
+    text = result.text.lower()
+    assert "and so my fellow americans" in text and "apostle of the middle classes" in text
+    with pytest.warns(UserWarning, match="bytes input: the audio is cut short or damaged after 67.1 s"):
+        assert load_audio(cut.read_bytes()).size == result.duration_s * SAMPLE_RATE
+    nothing = _cut(cut, tmp_path / "head.flac", 3000)  # the header and no whole frame: an error, as before
+    with pytest.raises(AudioError, match="cannot decode audio: flac decoder lost sync") as info:
+        load_audio(nothing)
+    assert "FLAC" not in info.value.hint and "16-bit WAV" in info.value.hint
+
+
+def test_cut_wav_and_mp3_warn_in_the_same_words(tmp_path):
+    """A WAV or MP3 cut short was transcribed as far as it went without a word: libsndfile counts
+    a WAV's frames from its size (the header's data length says more), an MP3's from its Xing
+    header. A whole file, and a WAV streamed with an open length, give no warning."""
+    audio = load_audio(BUNDLED_SAMPLE)
+    whole = tmp_path / "whole.wav"
+    sf.write(whole, audio, SAMPLE_RATE, subtype="PCM_16")  # a 44-byte header, then 2 bytes a sample
+    assert whole.stat().st_size == 44 + 2 * audio.size > 44 + 2 * SAMPLE_RATE
+    with pytest.warns(UserWarning, match=r"cut short or damaged after 1\.0 s of the \d+\.\d s its header gives "
+                                         r"\(the file ends early\)"):
+        assert load_audio(_cut(whole, tmp_path / "cut.wav", 44 + 2 * SAMPLE_RATE)).size == SAMPLE_RATE
+    streamed = bytearray(whole.read_bytes()[:44 + 2 * SAMPLE_RATE])
+    streamed[40:44] = b"\xff\xff\xff\xff"  # the data length a writer to a pipe leaves open
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_audio(whole).size == audio.size and load_audio(bytes(streamed)).size == SAMPLE_RATE
+    if "MP3" not in sf.available_formats():
+        pytest.skip("this libsndfile reads no MP3")
+    mp3 = tmp_path / "whole.mp3"
+    sf.write(mp3, np.tile(audio, 4), SAMPLE_RATE, format="MP3")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_audio(mp3)
+    with pytest.warns(UserWarning, match=r"cut short or damaged after \d+\.\d s of the \d+\.\d s its header gives "
+                                         r"\(the file ends early\)"):
+        cut = load_audio(_cut(mp3, tmp_path / "cut.mp3", mp3.stat().st_size // 2))
+    assert 0.3 < cut.size / (4 * audio.size) < 0.7
+
+
+def test_pyav_decodes_a_cut_file_as_far_as_it_goes(shared_data, tmp_path):
+    """With the [av] extra, formats libsndfile is not given (an MP3, a name it does not know) go to
+    PyAV: a stream that breaks off keeps what decoded before the break, with the same warning."""
+    pytest.importorskip("av")
+    cut = _cut(shared_data / "longform/longform.flac", tmp_path / "cut.audio", 700_000)  # FFmpeg probes it
+    with pytest.warns(UserWarning, match=r"cut\.audio: the audio is cut short or damaged after 67\.1 s of the "
+                                         r"150\.2 s its header gives \(.*\): transcribing the 67\.1 s that decode"):
+        assert load_audio(cut).size == pytest.approx(67.07 * SAMPLE_RATE, abs=SAMPLE_RATE // 100)
+    if "MP3" not in sf.available_formats():
+        pytest.skip("this libsndfile writes no MP3")
+    mp3 = tmp_path / "whole.mp3"
+    sf.write(mp3, np.tile(load_audio(BUNDLED_SAMPLE), 4), SAMPLE_RATE, format="MP3")
+    with pytest.warns(UserWarning, match=r"cut short or damaged after \d+\.\d s of the \d+\.\d s its header "
+                                         r"gives \(the file ends early\)"):
+        load_audio(_cut(mp3, tmp_path / "cut.mp3", mp3.stat().st_size // 2))
+
+
 def test_stereo_48k_works_and_matches_mono(base_engine, shared_data, tmp_path):
     mono = load_audio(shared_data / "real/audio/jfk.flac")
     import soxr
@@ -149,6 +223,56 @@ def test_bytes_and_array_inputs(base_engine, shared_data):
     from_bytes = base_engine.transcribe(data, language="en")
     from_array = base_engine.transcribe(load_audio(shared_data / "real/audio/jfk.flac"), language="en")
     assert from_bytes.tokens == from_array.tokens and "ask not" in from_bytes.text.lower()
+    # a memoryview of them, as LiveStream.feed takes, was refused ("got memoryview")
+    assert base_engine.transcribe(memoryview(data), language="en").tokens == from_bytes.tokens
+    assert np.array_equal(load_audio(memoryview(bytearray(data))), load_audio(data))
+
+
+def test_bytes_errors_name_mp3_where_libsndfile_reads_it(monkeypatch):
+    """Random bytes were "not WAV, FLAC or OGG, and other formats need PyAV" while MP3 bytes decode
+    without PyAV (libsndfile 1.1+)."""
+    monkeypatch.setitem(sys.modules, "av", None)  # as without the [av] extra
+    reads_mp3 = "MP3" in sf.available_formats()
+    junk = np.random.default_rng(0).integers(0, 256, 20_000, dtype=np.uint8).tobytes()
+    with pytest.raises(AudioError, match="these bytes are not WAV, FLAC, OGG or MP3," if reads_mp3
+                       else "these bytes are not WAV, FLAC or OGG,"):
+        load_audio(junk)
+    if not reads_mp3:
+        pytest.skip("this libsndfile reads no MP3")
+    buffer = io.BytesIO()
+    sf.write(buffer, load_audio(BUNDLED_SAMPLE), SAMPLE_RATE, format="MP3")
+    assert load_audio(buffer.getvalue()).size > SAMPLE_RATE  # what the message says is read
+
+
+def test_integer_arrays_holding_16_bit_values_in_a_wider_type_are_refused(base_engine, shared_data):
+    """jfk's int16 samples as int64 (np.array(x.tolist())) or int32 were scaled by 2**63 / 2**31 to
+    near silence and transcribed to '' without a word, where float samples at that scale are
+    refused. Real 32-bit PCM, int16 itself and all-zero arrays (digital silence) are taken."""
+    x, _ = sf.read(shared_data / "real/audio/jfk.flac", dtype="int16")
+    for wide in (np.array(x.tolist()), x.astype(np.int32)):
+        with pytest.raises(AudioError, match=f"{wide.dtype} samples peak at 25648: they look like 16-bit samples "
+                                             "in a wider array") as info:
+            base_engine.transcribe(wide, language="en")
+        assert "samples.astype(np.int16)" in info.value.hint and "/ 32768" in info.value.hint
+    for wide in (x.astype(np.int32) + 32768, x.astype(np.int64) + 32768):  # unsigned 16-bit values
+        with pytest.raises(AudioError, match="look like unsigned 16-bit samples") as info:
+            load_audio(wide.astype(np.uint32 if wide.dtype == np.int32 else np.uint64))
+        assert "samples.astype(np.uint16)" in info.value.hint
+    assert np.array_equal(load_audio(x.astype(np.uint16) ^ 0x8000), load_audio(x))  # uint16 is scaled
+    pcm32 = x.astype(np.int32) << 16  # 32-bit PCM: the same waveform
+    assert np.array_equal(load_audio(pcm32), load_audio(x))
+    assert "ask not" in base_engine.transcribe(pcm32, language="en").text.lower()
+    assert base_engine.transcribe(np.zeros(SAMPLE_RATE, np.int64), language="en").text == ""
+
+
+def test_multichannel_integer_arrays_are_scaled_before_mixing():
+    """A (samples, 2) int16 array was mixed to float64 at PCM scale and never scaled (samples of
+    1000, not 0.03): integer PCM is scaled first, then mixed."""
+    mono = (0.3 * np.sin(np.arange(SAMPLE_RATE) / 10) * 32767).astype(np.int16)
+    for samples in (mono, mono.astype(np.int32) << 16, (mono // 256 + 128).astype(np.uint8)):
+        both = load_audio(np.stack([samples, samples], axis=1))
+        np.testing.assert_allclose(both, load_audio(samples), atol=1e-6)
+        assert 0.25 < np.abs(both).max() < 0.35
 
 
 def test_file_objects_decode_and_other_types_are_refused_clearly(shared_data, tmp_path):
@@ -243,7 +367,7 @@ def test_corrupt_model_dir(tmp_path, capsys):
     (bad / "model.bin").write_bytes(b"\x00" * 1000)
     (bad / "config.json").write_text(json.dumps({"suppress_ids": [], "alignment_heads": []}))
     (bad / "tokenizer.json").write_text("{}")
-    rc, out, err = _cli(["transcribe", "x.wav", "--model", str(bad)], capsys)
+    rc, out, err = _cli(["transcribe", str(BUNDLED_SAMPLE), "--model", str(bad)], capsys)
     assert rc == 2 and "error:" in err and str(bad) in err and "Traceback" not in err
 
 
@@ -260,7 +384,7 @@ def test_model_of_wrong_kind(tmp_path, base_model_dir):
 
 
 def test_unknown_model_name(capsys):
-    rc, out, err = _cli(["transcribe", "x.wav", "--model", "whisper-gigantic"], capsys)
+    rc, out, err = _cli(["transcribe", str(BUNDLED_SAMPLE), "--model", "whisper-gigantic"], capsys)
     assert rc == 2 and "unknown model 'whisper-gigantic'" in err and "tiny.en" in err
 
 
@@ -314,7 +438,7 @@ def test_float_samples_far_outside_one_are_refused(base_engine):
 
 def test_cli_subprocess_reports_without_traceback(tmp_path):
     """The installed console entry point, as a user runs it."""
-    proc = subprocess.run([sys.executable, "-m", "specwhisper", "transcribe", str(tmp_path), "--model",
+    proc = subprocess.run([sys.executable, "-m", "specwhisper", "transcribe", str(BUNDLED_SAMPLE), "--model",
                            str(tmp_path / "missing-model")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "error:" in proc.stderr and "Traceback" not in proc.stderr

@@ -101,3 +101,22 @@ def test_a_missing_folder_and_an_unpulled_hub_model_are_said_as_such(tmp_path, m
     assert main(["models", "path", "small"]) == 2
     err = capsys.readouterr().err
     assert "'small' is not in the cache" in err and "specwhisper models pull small" in err
+
+
+def test_an_unwritable_measurement_cache_is_said_once_at_the_callers_line(tmp_path, monkeypatch):
+    """A read-only cache warned six times a load, each at a line inside the engine (a service could
+    not filter it by its own module): once a process now, at the application's line."""
+    import warnings
+
+    from specwhisper import measure_cache
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setattr(measure_cache, "_cache_paths", lambda: [blocker / "selftest.json"])
+    monkeypatch.setattr(measure_cache, "_SAID", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for key in ("a", "b", "c"):
+            measure_cache.cache_put(key, 1)
+    assert len(caught) == 1 and "cannot write the self-test cache" in str(caught[0].message)
+    assert caught[0].filename == __file__

@@ -24,6 +24,7 @@ import os
 import random
 import re
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -142,6 +143,61 @@ def test_a_closed_engine_still_transcribes_exactly(base_model_dir, shared_data):
     assert not any(t.name == "draft-ahead" for t in threading.enumerate())
     after = engine.transcribe(path, language="en", numerics="batch-invariant")
     assert after.tokens == before and engine.draft_drafter.off_reason == "closed"
+
+
+def test_a_model_loaded_in_a_forked_process_is_a_clear_error_not_a_hang(tiny_model_dir):
+    """A worker forked after its parent loaded a model (gunicorn --preload, a fork Pool) hung for
+    good in CTranslate2's model load; it now says so at once and names the way out."""
+    import select
+    import signal
+
+    from specwhisper.errors import SpecWhisperError
+
+    WhisperEngine(tiny_model_dir, threads=1).close()  # this process has loaded a model
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, and leave without pytest's exit handlers
+        try:
+            WhisperEngine(tiny_model_dir, threads=1)
+            said = "loaded"
+        except SpecWhisperError as exc:
+            said = exc.message()
+        os.write(write, said.encode())
+        os._exit(0)
+    os.close(write)
+    ready, _, _ = select.select([read], [], [], 60)
+    said = os.read(read, 4096).decode() if ready else "hung"
+    os.close(read)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert "forked from one that had loaded a model" in said and "spawn" in said
+
+
+def test_nothing_is_written_to_home_or_sent(tiny_model_dir, tmp_path):
+    """An on-device engine reports to no one: ONNX Runtime wrote a device id and an event cache
+    under ~/.cache/Microsoft, and ``import openvino`` sent an event to Google Analytics from a
+    thread that stayed, wrote ~/intel/..., and on a read-only HOME logged through the root logger
+    (the application's logging.basicConfig then did nothing). See ``no_telemetry``."""
+    pytest.importorskip("openvino")
+    from specwhisper.audio import BUNDLED_SAMPLE
+    from specwhisper.model_store import cache_dir
+
+    home = tmp_path / "home"
+    home.mkdir()
+    script = (f"import logging, threading, json\n"
+              f"from specwhisper import WhisperEngine\n"
+              f"engine = WhisperEngine({str(tiny_model_dir)!r}, encoder='openvino')\n"
+              f"text = engine.transcribe({str(BUNDLED_SAMPLE)!r}).text\n"
+              f"print(json.dumps([text, len(logging.getLogger().handlers), [t.name for t in threading.enumerate()]]))")
+    env = {k: v for k, v in os.environ.items() if k not in ("ORT_DISABLE_TELEMETRY", "XDG_CACHE_HOME")}
+    env.update(HOME=str(home), SPECWHISPER_CACHE=str(cache_dir()))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    text, root_handlers, threads = json.loads(done.stdout.splitlines()[-1])
+    assert "kitchen lights" in text
+    assert root_handlers == 0 and threads == ["MainThread"]
+    assert not any(home.iterdir()), sorted(str(p) for p in home.rglob("*"))
 
 
 # --- 2. the learned token map is bounded -----------------------------------------------------------

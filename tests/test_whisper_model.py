@@ -261,6 +261,12 @@ def test_bad_input_gets_clear_errors(model, jfk_path):
         model.transcribe(jfk_path, language="xx")
     with pytest.raises(SpecWhisperError, match="not found"):
         model.transcribe("/nonexistent.flac")
+    # a file object open in text mode: its text was taken as a path (a client's text named the file
+    # the service transcribed); the engine's error now, as WhisperEngine.transcribe says it
+    with pytest.raises(SpecWhisperError, match="text mode"):
+        model.transcribe(io.StringIO(jfk_path))
+    with pytest.raises(SpecWhisperError, match="text mode"):
+        model.detect_language(io.StringIO(jfk_path))
 
 
 def test_batched_clip_timestamps_and_detection_segments_are_checked(model, jfk_path):

@@ -1,0 +1,57 @@
+"""A window that ended early while speech went on: where the next window starts instead.
+
+Whisper's long-form rule (openai-whisper's and faster-whisper's alike): a window whose text ends
+with a single timestamp is complete, "no speech after the last timestamp", and the next window
+starts after the whole window. The model sometimes ends a window after its first sentence while
+speech goes on (at a change of speaker or recording): on an hour of read speech, base dropped three
+stretches of 13-28 s that way, sentences and all, with nothing said about it. So where such a
+window leaves at least ``RESEEK_MIN_S`` after its last segment, the rest is asked whether it holds
+speech (Silero VAD where the ``[vad]`` extra is installed, else frame energy over the stretch's own
+quiet frames); if it does, the next window starts where the last segment ended, and decides
+what that audio says (Whisper's no-speech rule still skips it where the model hears none).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .audio import SAMPLE_RATE
+from .errors import SpecWhisperError
+
+RESEEK_MIN_S = 5.0  # seconds after a complete window's last segment worth asking about
+SPEECH_MIN_S = 1.0  # of speech in them that a window should not skip
+VAD_THRESHOLD = 0.5  # Silero's speech probability (its usual threshold)
+FRAME = 512  # samples (Silero's frame at 16 kHz; the energy check's too)
+ENERGY_MARGIN_DB = 15.0  # a frame this much louder than the stretch's quiet frames is speech ...
+ENERGY_MIN_DB = -50.0  # ... and never one quieter than this (dBFS)
+QUIET_PERCENTILE = 10  # the stretch's quiet frames: its 10th percentile of frame level
+
+
+def speech_seconds_in(samples: np.ndarray) -> float:
+    """Seconds of speech frames in ``samples`` (16 kHz mono float32)."""
+    frames = samples.size // FRAME
+    if frames == 0:
+        return 0.0
+    try:
+        from .vad import get_vad_model
+
+        probs = get_vad_model()(np.ascontiguousarray(samples[:frames * FRAME], dtype=np.float32))
+        speech = int(np.count_nonzero(np.asarray(probs)[:frames] >= VAD_THRESHOLD))
+    except (ImportError, SpecWhisperError):  # the [vad] extra is not installed: frame energy
+        blocks = samples[:frames * FRAME].reshape(frames, FRAME).astype(np.float64)
+        level = 10.0 * np.log10(np.mean(blocks * blocks, axis=1) + 1e-12)
+        floor = np.percentile(level, QUIET_PERCENTILE)
+        speech = int(np.count_nonzero(level >= max(floor + ENERGY_MARGIN_DB, ENERGY_MIN_DB)))
+    return speech * FRAME / SAMPLE_RATE
+
+
+def restart_frame(waveform: np.ndarray, window_start: int, window_end: int, last_segment_end_s: float,
+                  next_start: int) -> int | None:
+    """The 10 ms frame where the next window should start instead of ``next_start`` (this
+    window's end, where Whisper's rule puts it), or None where Whisper's rule stands: less than
+    ``RESEEK_MIN_S`` left after the last segment, or too little speech in it."""
+    restart = round(last_segment_end_s * 100)
+    if next_start < window_end or restart <= window_start or next_start - restart < RESEEK_MIN_S * 100:
+        return None
+    rest = waveform[restart * SAMPLE_RATE // 100:next_start * SAMPLE_RATE // 100]
+    return restart if speech_seconds_in(rest) >= SPEECH_MIN_S else None

@@ -1,0 +1,49 @@
+"""A window that ended early while speech went on (``engine/early_end.py``): found by a helper as a
+user transcribing an hour of read speech, where base ended windows after their first sentence at
+a change of recording and Whisper's rule skipped the rest of each window (13-28 s, sentences and
+all, three times in the hour)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specwhisper.audio import SAMPLE_RATE, load_audio
+from specwhisper.early_end import RESEEK_MIN_S, restart_frame, speech_seconds_in
+
+
+@pytest.fixture(scope="module")
+def boundary(shared_data) -> np.ndarray:
+    """The last 4 s of the LJ passage ("... a transition between Gothic and Roman."), then
+    longform.flac's first 60 s (jfk's sentence, then Mr. Quilter): where the hour lost jfk."""
+    lj = load_audio(shared_data / "longform/ljspeech_LJ001-0001_to_0032_concat.flac")
+    longform = load_audio(shared_data / "longform/longform.flac")
+    return np.concatenate([lj[-63515:], longform[:60 * SAMPLE_RATE]])  # where a window of the hour began
+
+
+@pytest.mark.parametrize("numerics", ["single-row", "batch-invariant"])
+def test_speech_after_a_window_that_ended_early_is_transcribed(base_engine, boundary, numerics):
+    result = base_engine.transcribe(boundary, language="en", numerics=numerics)
+    first = result.windows[0]
+    text = result.text.lower()
+    assert "gothic and roman" in first.text.lower()
+    assert "fellow americans" in text and "quilter" in text
+    # the first window ended after its sentence: the next started there, not 30 s later
+    assert first.end_s < 10 and result.windows[1].start_s == first.end_s
+    covered = [s for s in result.segments if "fellow" in s.text.lower()]
+    assert covered and covered[0].start_s < 12
+
+
+def test_restart_needs_speech_in_what_is_left(shared_data):
+    """Silence or a few clicks after the last segment: Whisper's rule stands (the next window starts
+    after this one); speech there: the next window starts at the last segment's end."""
+    speech = load_audio(shared_data / "real/audio/jfk.flac")
+    quiet = np.random.default_rng(0).normal(0, 1e-4, 30 * SAMPLE_RATE).astype(np.float32)
+    assert speech_seconds_in(quiet) < 1.0 and speech_seconds_in(speech) > 3.0
+    window = quiet.copy()
+    window[8 * SAMPLE_RATE:8 * SAMPLE_RATE + speech.size] += speech
+    assert restart_frame(window, 0, 3000, 4.0, 3000) == 400
+    assert restart_frame(quiet, 0, 3000, 4.0, 3000) is None  # nothing said after it
+    late = 30 - RESEEK_MIN_S + 0.5
+    assert restart_frame(window, 0, 3000, late, 3000) is None  # too little left to ask about
+    assert restart_frame(window, 0, 3000, 4.0, 2500) is None  # the window was cut off: Whisper seeks there
