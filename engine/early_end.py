@@ -1,4 +1,5 @@
-"""A window that ended early while speech went on: where the next window starts instead.
+"""Where the next window starts, beyond Whisper's rule: after a window that ended early while
+speech went on, and past digital silence.
 
 Whisper's long-form rule (openai-whisper's and faster-whisper's alike): a window whose text ends
 with a single timestamp is complete, "no speech after the last timestamp", and the next window
@@ -9,6 +10,11 @@ window leaves at least ``RESEEK_MIN_S`` after its last segment, the rest is aske
 speech (Silero VAD where the ``[vad]`` extra is installed, else frame energy over the stretch's own
 quiet frames); if it does, the next window starts where the last segment ended, and decides
 what that audio says (Whisper's no-speech rule still skips it where the model hears none).
+
+A window that starts in digital silence (samples of exactly nothing: a recording paused, files
+joined) starts at its first sound instead: Whisper stepped over silent windows 30 s at a time, and
+the window where the speech resumed began up to 30 s before it; the model then timed its first
+segment from the window's start (a subtitle 15 s early on a file with 5 minutes of silence in it).
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ FRAME = 512  # samples (Silero's frame at 16 kHz; the energy check's too)
 ENERGY_MARGIN_DB = 15.0  # a frame this much louder than the stretch's quiet frames is speech ...
 ENERGY_MIN_DB = -50.0  # ... and never one quieter than this (dBFS)
 QUIET_PERCENTILE = 10  # the stretch's quiet frames: its 10th percentile of frame level
+SILENCE_PEAK = 1e-4  # samples under this (-80 dBFS) are digital silence (the transcriber's bound too)
+LEADING_SILENCE_S = 1.0  # digital silence at a window's start worth stepping over ...
+SOUND_LEAD_S = 0.2  # ... to this much before its first sound
 
 
 def speech_seconds_in(samples: np.ndarray) -> float:
@@ -55,3 +64,15 @@ def restart_frame(waveform: np.ndarray, window_start: int, window_end: int, last
         return None
     rest = waveform[restart * SAMPLE_RATE // 100:next_start * SAMPLE_RATE // 100]
     return restart if speech_seconds_in(rest) >= SPEECH_MIN_S else None
+
+
+def first_sound(waveform: np.ndarray, start: int, end: int) -> int:
+    """The 10 ms frame a window at ``start`` (frames; ``end`` bounds the search) should start at:
+    ``SOUND_LEAD_S`` before its first sample of sound where at least ``LEADING_SILENCE_S`` of
+    digital silence comes first, else ``start`` (also where nothing sounds before ``end``: the
+    caller skips a silent window as it did)."""
+    samples = waveform[start * SAMPLE_RATE // 100:end * SAMPLE_RATE // 100]
+    loud = np.flatnonzero(np.abs(samples) >= SILENCE_PEAK)
+    if loud.size == 0 or loud[0] < LEADING_SILENCE_S * SAMPLE_RATE:
+        return start
+    return start + int((loud[0] / SAMPLE_RATE - SOUND_LEAD_S) * 100)

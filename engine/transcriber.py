@@ -23,7 +23,7 @@ from .decoding_options import check_token_ids, seek_clips, window_prompt
 from .drafters.base import Drafter, WindowContext
 from .drafters.bigram import BigramGuesser
 from .drafters.chain import DrafterChain
-from .early_end import restart_frame
+from .early_end import SILENCE_PEAK, first_sound, restart_frame
 from .errors import OptionError, SpecWhisperError, warn_caller
 from .fallback import (
     Attempt,
@@ -63,7 +63,6 @@ if TYPE_CHECKING:
     from .listen import CommandListener
     from .live import LiveStream
 
-SILENCE_PEAK = 1e-4  # windows quieter than -80 dBFS are silence: nothing to decode
 
 
 def _silent(samples: np.ndarray) -> bool:
@@ -562,6 +561,7 @@ class WhisperEngine:
                 while seek < max(end, 1) and (seek < end or index == 0):
                     if progress:
                         progress(seek, n_content)
+                    seek = first_sound(waveform, seek, end) if run.ctx_frames == N_FRAMES else seek
                     window = self._transcribe_window(run, waveform, ahead, index, seek, min(seek + length, end))
                     if window.numerics != "skipped" and window.segments:  # ended early while speech went on?
                         restart = restart_frame(waveform, seek, min(seek + length, end), window.segments[-1].end_s,

@@ -47,3 +47,21 @@ def test_restart_needs_speech_in_what_is_left(shared_data):
     late = 30 - RESEEK_MIN_S + 0.5
     assert restart_frame(window, 0, 3000, late, 3000) is None  # too little left to ask about
     assert restart_frame(window, 0, 3000, 4.0, 2500) is None  # the window was cut off: Whisper seeks there
+
+
+def test_speech_after_digital_silence_is_timed_from_its_own_start(base_engine, shared_data):
+    """Silent windows were stepped over 30 s at a time, and the window where speech resumed began
+    up to 30 s before it: its first segment was timed from the window's start (15 s early on a file
+    with 5 minutes of silence in it). That window now starts just before the first sound."""
+    from specwhisper.early_end import first_sound
+
+    jfk = load_audio(shared_data / "real/audio/jfk.flac")
+    onset = int(np.flatnonzero(np.abs(jfk) >= 0.01)[0])  # the first sound of the speech
+    gap = np.zeros(47 * SAMPLE_RATE, np.float32)
+    audio = np.concatenate([jfk, gap, jfk])
+    resumes = (jfk.size + gap.size + onset) / SAMPLE_RATE
+    result = base_engine.transcribe(audio, language="en", timestamps="on")
+    second = [s for s in result.segments if s.start_s > jfk.size / SAMPLE_RATE]
+    assert second and "fellow americans" in second[0].text.lower()
+    assert abs(second[0].start_s - resumes) < 1.0, (second[0].start_s, resumes)
+    assert first_sound(audio, 0, 3000) == 0  # sound at once: the window stays where it was
