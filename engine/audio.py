@@ -82,7 +82,11 @@ def _decode(source: Path | io.BytesIO, where: str, suffix: str) -> np.ndarray:
         try:
             data, rate = read_soundfile(source, where)
             return _normalise(data, rate, where)
-        except NothingDecodes as exc:  # libsndfile knows the format: no other decoder is asked
+        except NothingDecodes as exc:  # libsndfile knows the format: no other decoder is asked, but
+            if suffix == "" and _av_installed():  # for bytes or a bare name, FFmpeg's may know it better
+                if isinstance(source, io.BytesIO):
+                    source.seek(0)
+                return _decode_with_av(source, where)
             raise AudioError(f"cannot decode {'MP3 ' * mp3}audio: {exc}", where=where,
                              hint=_MP3_HINT if mp3 else _undecodable_hint(suffix)) from None
         except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
@@ -283,11 +287,16 @@ def _check_mpeg_audio(path: Path, where: str) -> None:
     (it "decoded" a program binary to noise, printing its own errors; see ``mp3_sniff``)."""
     from .mp3_sniff import SOUNDFILE_MAGIC, has_mpeg_audio, not_audio, what_it_is
 
-    with open(path, "rb") as f:
-        head = f.read(8)
-    if head[:4] in SOUNDFILE_MAGIC:  # WAV, FLAC or Ogg named .mp3: libsndfile reads it as what it is
-        return
-    if not_audio(head) or not has_mpeg_audio(path):
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+        if head[:4] in SOUNDFILE_MAGIC:  # WAV, FLAC or Ogg named .mp3: libsndfile reads it as what it is
+            return
+        refused = not_audio(head) or not has_mpeg_audio(path)
+    except OSError as exc:
+        raise AudioError(f"cannot read the file: {exc.strerror or exc}", where=where,
+                         hint="check that it can be read (its permissions), and that it is not being written") from None
+    if refused:
         raise AudioError(f"not MP3 audio: {what_it_is(path)}", where=where,
                          hint="pass an audio file (WAV, FLAC, Ogg, MP3; others with pip install 'specwhisper[av]')")
 

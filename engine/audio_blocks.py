@@ -41,8 +41,14 @@ def read_soundfile(source: Path | io.BytesIO, where: str) -> tuple[np.ndarray, i
     """
     import soundfile as sf
 
+    from .mp3_sniff import states_its_length
+
+    with (open(source, "rb") if isinstance(source, Path) else _rewound(source)) as raw:
+        guessed_length = not states_its_length(raw)  # only an MP3 without a Xing/Info/VBRI frame uses it
     with sf.SoundFile(source) as f:
         rate, channels, frames = f.samplerate, f.channels, f.frames
+        if f.format == "MP3" and guessed_length:  # mpg123 guessed it from the first frame's bitrate: a
+            frames = 0                            # whole VBR file "ended early"; a break still says so
         blocks, error, lost = _read_blocks(f, BLOCK_FRAMES)
     if lost:
         more, error = _read_again_in_small_blocks(source, sum(map(len, blocks)), error)
@@ -92,7 +98,7 @@ def _read_blocks(f, size: int) -> tuple[list[np.ndarray], Exception | None, bool
                 partial = -1
             if 0 < partial <= size:
                 blocks.append(out[:partial])
-            return blocks, exc, not 0 <= partial <= size
+            return blocks, exc, not 0 < partial <= size  # mpg123 gives up with its position unmoved
         if n:
             blocks.append(out[:n])
             done += n
@@ -117,9 +123,10 @@ def _read_again_in_small_blocks(source: Path | io.BytesIO, start: int,
     return blocks, again or error
 
 
-# A WAV data chunk's size that promises nothing: writers that stream to a pipe leave 0 or
-# 0xFFFFFFFF there, sox 0x7FFFF000 ("unspecified"); such a file's length is its size.
-_OPEN_WAV_SIZES = (0, 0x7FFFF000, 0xFFFFFFFF)
+# A WAV data chunk's size that promises nothing: writers that stream to a pipe leave 0 or a
+# placeholder near 2 GiB or 4 GiB there (sox 0x7FFFF000, arecord 0x7FFFFF00, others 0xFFFFFFFF);
+# such a file's length is its size.
+OPEN_WAV_SIZE_FROM = 0x7F000000
 
 
 def _wav_data_sizes(source: Path | io.BytesIO) -> tuple[int, int] | None:
@@ -137,7 +144,7 @@ def _wav_data_sizes(source: Path | io.BytesIO) -> tuple[int, int] | None:
             f.seek(position)
             chunk, length = struct.unpack("<4sI", f.read(8))
             if chunk == b"data":
-                return None if length in _OPEN_WAV_SIZES else (length, size - position - 8)
+                return None if length == 0 or length >= OPEN_WAV_SIZE_FROM else (length, size - position - 8)
             position += 8 + length + (length & 1)
     return None
 

@@ -36,8 +36,9 @@ LEADING_SILENCE_S = 1.0  # digital silence at a window's start worth stepping ov
 SOUND_LEAD_S = 0.2  # ... to this much before its first sound
 
 
-def speech_seconds_in(samples: np.ndarray) -> float:
-    """Seconds of speech frames in ``samples`` (16 kHz mono float32)."""
+def speech_seconds_in(samples: np.ndarray, vad_only: bool = False) -> float:
+    """Seconds of speech frames in ``samples`` (16 kHz mono float32); ``vad_only``: none where
+    Silero is not installed (frame energy hears music and tones as speech too)."""
     frames = samples.size // FRAME
     if frames == 0:
         return 0.0
@@ -47,6 +48,8 @@ def speech_seconds_in(samples: np.ndarray) -> float:
         probs = get_vad_model()(np.ascontiguousarray(samples[:frames * FRAME], dtype=np.float32))
         speech = int(np.count_nonzero(np.asarray(probs)[:frames] >= VAD_THRESHOLD))
     except (ImportError, SpecWhisperError):  # the [vad] extra is not installed: frame energy
+        if vad_only:
+            return 0.0
         blocks = samples[:frames * FRAME].reshape(frames, FRAME).astype(np.float64)
         level = 10.0 * np.log10(np.mean(blocks * blocks, axis=1) + 1e-12)
         floor = np.percentile(level, QUIET_PERCENTILE)
@@ -55,24 +58,28 @@ def speech_seconds_in(samples: np.ndarray) -> float:
 
 
 def restart_frame(waveform: np.ndarray, window_start: int, window_end: int, last_segment_end_s: float,
-                  next_start: int) -> int | None:
+                  next_start: int, vad_only: bool = False) -> int | None:
     """The 10 ms frame where the next window should start instead of ``next_start`` (this
     window's end, where Whisper's rule puts it), or None where Whisper's rule stands: less than
-    ``RESEEK_MIN_S`` left after the last segment, or too little speech in it."""
+    ``RESEEK_MIN_S`` left after the last segment, or too little speech in it (``vad_only``: as
+    Silero hears it; a window restarted after another, over music energy would chain them)."""
     restart = round(last_segment_end_s * 100)
     if next_start < window_end or restart <= window_start or next_start - restart < RESEEK_MIN_S * 100:
         return None
     rest = waveform[restart * SAMPLE_RATE // 100:next_start * SAMPLE_RATE // 100]
-    return restart if speech_seconds_in(rest) >= SPEECH_MIN_S else None
+    return restart if speech_seconds_in(rest, vad_only) >= SPEECH_MIN_S else None
 
 
 def first_sound(waveform: np.ndarray, start: int, end: int) -> int:
-    """The 10 ms frame a window at ``start`` (frames; ``end`` bounds the search) should start at:
-    ``SOUND_LEAD_S`` before its first sample of sound where at least ``LEADING_SILENCE_S`` of
+    """The 10 ms frame a window at ``start`` (frames; it ends at ``end`` at the latest) should start
+    at: ``SOUND_LEAD_S`` before its first sample of sound where at least ``LEADING_SILENCE_S`` of
     digital silence comes first, else ``start`` (also where nothing sounds before ``end``: the
-    caller skips a silent window as it did)."""
-    samples = waveform[start * SAMPLE_RATE // 100:end * SAMPLE_RATE // 100]
-    loud = np.flatnonzero(np.abs(samples) >= SILENCE_PEAK)
-    if loud.size == 0 or loud[0] < LEADING_SILENCE_S * SAMPLE_RATE:
+    caller skips a silent window as it did). Reads the window's first second where it sounds."""
+    first = start * SAMPLE_RATE // 100
+    head = waveform[first:first + round(LEADING_SILENCE_S * SAMPLE_RATE)]
+    if head.size == 0 or float(np.abs(head).max()) >= SILENCE_PEAK:
         return start
-    return start + int((loud[0] / SAMPLE_RATE - SOUND_LEAD_S) * 100)
+    rest = np.abs(waveform[first + head.size:end * SAMPLE_RATE // 100]) >= SILENCE_PEAK
+    if not rest.any():
+        return start
+    return start + int(((head.size + int(np.argmax(rest))) / SAMPLE_RATE - SOUND_LEAD_S) * 100)

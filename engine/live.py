@@ -84,7 +84,6 @@ from .results import WindowResult
 from .timestamps import SECONDS_PER_TIMESTAMP
 from .transcribe_options import checked_options
 from .transcriber import LOOP_TOKENS_MIN, LOOP_TOKENS_PER_S, SILENCE_PEAK, WhisperEngine
-from .word_timestamps import UNICODE_WORD_LANGUAGES
 
 WINDOW_SAMPLES = N_FRAMES * 160  # one pass sees at most one 30 s window
 SAMPLES_PER_TIMESTAMP = round(SECONDS_PER_TIMESTAMP * SAMPLE_RATE)
@@ -145,10 +144,13 @@ class PassRecord:
 
 
 def unspaced_script(char: str) -> bool:
-    """Whether ``char`` is of a script written without spaces between words (Chinese characters,
-    kana), where every character can end a word: a stream of Japanese or Chinese committed
-    nothing until a segment ended, since no token there started with a space."""
-    return "\u3040" <= char <= "\u30ff" or "\u3400" <= char <= "\u9fff" or "\uf900" <= char <= "\ufaff"
+    """Whether ``char`` is of a script written without spaces between words (kana, Chinese
+    characters, Thai, Lao, Burmese: the languages word timestamps split on characters), where
+    every character can end a word: a stream of Japanese or Chinese committed nothing until a
+    segment ended, since no token there started with a space. By the character, not the stream's
+    language: Latin words inside Chinese text, or an English translation, still end at spaces."""
+    return ("\u3040" <= char <= "\u30ff" or "\u3400" <= char <= "\u9fff" or "\uf900" <= char <= "\ufaff"
+            or "\u0e00" <= char <= "\u0eff" or "\u1000" <= char <= "\u109f")
 
 
 def decode_pass(engine: WhisperEngine, audio: np.ndarray, **options) -> tuple[WindowResult, object]:
@@ -241,7 +243,7 @@ class LiveStream(ChunkConsumer):
         self._previous: list[int] | None = None  # the last pass's tokens, in the buffer's time
         self._tentative = ""
         self._last_end = 0.0  # where the last closed segment ended (times never go back)
-        self._word_start: dict[int, tuple[bool, bool]] = {}  # token: (starts a word by its text, starts on a whole character)
+        self._word_start: dict[int, bool] = {}
         self._finished = False
         self._looped = False  # a short encoder window made the decoder loop on this buffer
         self._unsure = False  # the last pass looped, or its mean token log-probability was below LOW_CONFIDENCE
@@ -569,18 +571,16 @@ class LiveStream(ChunkConsumer):
         return max(self._time(self._offset), self._last_end)
 
     def _starts_word(self, token: int) -> bool:
-        """Whether ``token`` cannot continue the word before it (space, punctuation, timestamp). In a
-        language written without spaces (``UNICODE_WORD_LANGUAGES``, as word timestamps split them:
-        Thai, Lao, Burmese too) any token that starts on a whole character may start a word."""
+        """Whether ``token`` cannot continue the word before it (space, punctuation, timestamp, a
+        character of a script written without spaces)."""
         known = self._word_start.get(token)
         if known is None:
             text = self.engine.tokenizer.decode([token]) if token < self._eot else " "
             first = text[:1]  # a piece of a character or a combining mark (a Thai vowel) continues one
             whole = bool(first) and first != "\ufffd" and not unicodedata.category(first).startswith("M")
-            known = (whole and (first.isspace() or unspaced_script(first)
-                                or not (first.isalnum() or first in "'’-")), whole)
+            known = whole and (first.isspace() or unspaced_script(first) or not (first.isalnum() or first in "'’-"))
             self._word_start[token] = known
-        return known[0] or (known[1] and self.language in UNICODE_WORD_LANGUAGES)
+        return known
 
     def _time(self, sample: int) -> float:
         return sample / SAMPLE_RATE

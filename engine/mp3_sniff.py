@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import codecs
 from pathlib import Path
+from typing import BinaryIO
 
 SEARCHED = 64 * 1024  # bytes after the ID3 tag where the first frame must start
 CHAIN = 4  # frames in a row that make a stream
@@ -56,6 +57,26 @@ def id3_size(data: bytes) -> int:
     return 10 + size + (10 if data[5] & 0x10 else 0)  # a footer follows where the flag says so
 
 
+def after_tags(f: BinaryIO) -> int:
+    """The offset after the ID3v2 tags at the start of ``f`` (read from its start; tags one after
+    another: a tagger's, then another's), where ``f`` is left."""
+    start = 0
+    f.seek(0)
+    while tag := id3_size(f.read(10)):
+        start += tag
+        f.seek(start)
+    f.seek(start)
+    return start
+
+
+def states_its_length(f: BinaryIO) -> bool:
+    """Whether an MP3's first frame is a Xing, Info or VBRI frame, which gives the stream's length
+    (without one, decoders guess it from the first frame's bitrate: wrong for variable bitrates)."""
+    after_tags(f)
+    head = f.read(2048)
+    return any(marker in head for marker in (b"Xing", b"Info", b"VBRI"))
+
+
 def has_mpeg_audio(path: Path) -> bool:
     """Whether MPEG audio frames start within ``SEARCHED`` bytes after the file's ID3 tag (or
     where a tag-less file starts): ``CHAIN`` frames in a row of one version, layer and rate, or
@@ -63,8 +84,7 @@ def has_mpeg_audio(path: Path) -> bool:
     binary)."""
     size = path.stat().st_size
     with open(path, "rb") as f:
-        start = id3_size(f.read(10))
-        f.seek(start)
+        start = after_tags(f)
         data = f.read(SEARCHED + CHAIN * MAX_FRAME + 4)
     return any(_chain_at(data, offset, size - start) for offset in range(min(len(data) - 3, SEARCHED))
                if data[offset] == 0xFF)

@@ -20,6 +20,7 @@ application had it, and nothing here changes that.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from types import ModuleType
@@ -36,8 +37,8 @@ def quiet_onnxruntime() -> None:
 def import_openvino() -> ModuleType:
     """``import openvino`` without its converter's telemetry (see the module docstring); raises
     ImportError where openvino is not installed."""
-    if "openvino" in sys.modules:
-        return sys.modules["openvino"]
+    if "openvino" in sys.modules:  # loaded by the application (or blocked by it: None, an ImportError)
+        return importlib.import_module("openvino")
     blocked = CONVERTER not in sys.modules
     if blocked:
         sys.modules[CONVERTER] = None  # an import of it raises ImportError, which openvino passes over

@@ -551,6 +551,7 @@ class WhisperEngine:
         clips = seek_clips(run.opts.clip_timestamps, n_content) if run.ctx_frames == N_FRAMES else [(0, n_content)]
         seek, index, end = 0, 0, n_content
         length = run.opts.window_frames
+        restarted = False  # the last window was restarted at its last segment: the next only where Silero hears speech
 
         def segment(_index: int) -> np.ndarray | None:
             return self._window_features(run, waveform, mel, seek, min(seek + length, end))
@@ -561,12 +562,13 @@ class WhisperEngine:
                 while seek < max(end, 1) and (seek < end or index == 0):
                     if progress:
                         progress(seek, n_content)
-                    seek = first_sound(waveform, seek, end) if run.ctx_frames == N_FRAMES else seek
+                    if index > 0:  # a window after the first (which holds the prefix) may start at the sound
+                        seek = first_sound(waveform, seek, min(seek + length, end))
                     window = self._transcribe_window(run, waveform, ahead, index, seek, min(seek + length, end))
-                    if window.numerics != "skipped" and window.segments:  # ended early while speech went on?
-                        restart = restart_frame(waveform, seek, min(seek + length, end), window.segments[-1].end_s,
-                                                round(window.end_s * 100))
-                        window.end_s = window.end_s if restart is None else restart / 100
+                    restart = restart_frame(waveform, seek, min(seek + length, end), window.segments[-1].end_s,
+                                            round(window.end_s * 100), vad_only=restarted) \
+                        if self._may_restart(run, window) else None  # ended early while speech went on?
+                    window.end_s, restarted = (window.end_s, False) if restart is None else (restart / 100, True)
                     run.windows.append(window)
                     yield window
                     if run.ctx_frames < N_FRAMES:  # a short encoder window holds the whole (short) clip
@@ -576,6 +578,14 @@ class WhisperEngine:
                     index += 1
         if progress:
             progress(n_content, n_content)
+
+    @staticmethod
+    def _may_restart(run: _Run, window: WindowResult) -> bool:
+        """Whether a window that ended with text may be asked whether speech went on after it
+        (``early_end``): with full windows only (a short encoder window is the whole clip), and not
+        where ``hallucination_silence_threshold`` decided where the next window starts."""
+        return (run.ctx_frames == N_FRAMES and window.numerics != "skipped" and bool(window.segments)
+                and run.opts.hallucination_silence_threshold is None)
 
     @staticmethod
     def _window_features(run: _Run, waveform: np.ndarray, mel: np.ndarray, start: int,

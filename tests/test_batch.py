@@ -488,3 +488,18 @@ def test_every_shared_clip_on_ray_equals_the_local_runs(local_ray, tmp_path, sha
     cut = {name for name in runs["seq"] if name.startswith(("longform", "ljspeech_LJ001-0001_to"))}
     assert {k: v for k, v in runs["ray-pieces"].items() if k not in cut} == \
         {k: v for k, v in runs["seq"].items() if k not in cut}  # files under 90 s are not cut
+
+
+def test_a_resumed_batch_shows_no_rate_before_it_transcribes_anything():
+    """A rerun's first lines (inputs skipped: their outputs were there) said "0.0x real time"."""
+    import io
+
+    from specwhisper.batch.progress import BatchProgress
+    from specwhisper.batch.worker import Outcome
+
+    shown = io.StringIO()
+    progress = BatchProgress(total_files=3, total_audio_s=1800.0, stream=shown)
+    progress.update(Outcome("a.flac", "a", "skipped", audio_s=600.0))
+    assert "real time" not in shown.getvalue() and "0.17/0.50 h audio" in shown.getvalue()
+    progress.update(Outcome("b.flac", "b", "done", audio_s=600.0, wall_s=60.0))
+    assert "x real time" in shown.getvalue().splitlines()[-1]

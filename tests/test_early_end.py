@@ -65,3 +65,25 @@ def test_speech_after_digital_silence_is_timed_from_its_own_start(base_engine, s
     assert second and "fellow americans" in second[0].text.lower()
     assert abs(second[0].start_s - resumes) < 1.0, (second[0].start_s, resumes)
     assert first_sound(audio, 0, 3000) == 0  # sound at once: the window stays where it was
+    silent_start = np.concatenate([gap[:3 * SAMPLE_RATE], jfk])
+    assert first_sound(silent_start, 0, 3000) == int(((3 * SAMPLE_RATE + onset_of(jfk, 1e-4)) / SAMPLE_RATE - 0.2) * 100)
+    assert first_sound(gap, 0, 3000) == 0  # nothing sounds: the window is skipped as silent, as before
+    # the first window keeps its start (it holds the prefix): a prefix after leading zeros stays
+    result = base_engine.transcribe(silent_start, language="en", timestamps="on", prefix="Zebra crossing")
+    assert result.text.lstrip().startswith("Zebra crossing") and "fellow americans" in result.text.lower()
+
+
+def onset_of(audio: np.ndarray, peak: float) -> int:
+    return int(np.flatnonzero(np.abs(audio) >= peak)[0])
+
+
+def test_without_the_vad_extra_frame_energy_hears_the_speech(shared_data, monkeypatch):
+    """``speech_seconds_in`` falls back on frame energy where Silero is not installed; a window
+    restarted after another asks Silero only (energy hears music as speech)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "specwhisper.vad", None)  # as if the [vad] extra were missing
+    speech = load_audio(shared_data / "real/audio/jfk.flac")
+    quiet = np.random.default_rng(1).normal(0, 1e-3, 10 * SAMPLE_RATE).astype(np.float32)
+    assert speech_seconds_in(speech) > 3.0 and speech_seconds_in(quiet) < 1.0
+    assert speech_seconds_in(speech, vad_only=True) == 0.0

@@ -76,7 +76,8 @@ class BatchProgress:
             return
         total = "" if self.total_audio_s is None else f"/{self.total_audio_s / 3600:.2f}"
         eta = self.eta_s()
-        rest = (f" | {(self.audio_s + self.skipped_audio_s) / 3600:.2f}{total} h audio, {self.speed:.1f}x real time"
+        speed = f", {self.speed:.1f}x real time" if self.audio_s > 0 else ""  # nothing transcribed yet: no rate
+        rest = (f" | {(self.audio_s + self.skipped_audio_s) / 3600:.2f}{total} h audio{speed}"
                 + ("" if eta is None else f", ETA {_clock(eta)}"))
         what = "skipped" if outcome.status == "skipped" else f"{outcome.wall_s:.1f} s"
         print(f"{head} {outcome.name} ({what}){rest}", file=self.stream, flush=True)
