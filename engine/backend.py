@@ -47,6 +47,16 @@ def _import_ct2():
     return ctranslate2
 
 
+def check_not_forked() -> None:
+    """Raise where this process was forked from one that had loaded a model: CTranslate2 hangs for
+    good loading one here (and the parent's locks may be held by threads the fork did not copy)."""
+    if _LOADED_IN_PID not in (None, os.getpid()):
+        raise SpecWhisperError("this process was forked from one that had loaded a model, and CTranslate2 "
+                               "hangs for good loading one in it", where="a model loaded in a forked process",
+                               hint="start worker processes with the 'spawn' or 'forkserver' method "
+                                    "(multiprocessing.get_context('spawn')), or load models only in the workers")
+
+
 def step_api_available() -> bool:
     """True when the installed CTranslate2 is the fork with prefill/forward_step/forward_batch."""
     ct2 = _import_ct2()
@@ -184,11 +194,7 @@ class LoadedModel:
     def _load(self, threads: int, compute_type: str | None = None):
         global _LOADED_IN_PID
         ct2 = _import_ct2()
-        if _LOADED_IN_PID not in (None, os.getpid()):
-            raise SpecWhisperError("this process was forked from one that had loaded a model, and CTranslate2 "
-                                   "hangs for good loading one in it", where="a model loaded in a forked process",
-                                   hint="start worker processes with the 'spawn' or 'forkserver' method "
-                                        "(multiprocessing.get_context('spawn')), or load models only in the workers")
+        check_not_forked()
         try:
             model = ct2.models.Whisper(str(self.model_dir), device=self.device, device_index=self.device_index,
                                        compute_type=compute_type or self._requested_compute_type,

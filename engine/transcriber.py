@@ -18,7 +18,7 @@ import numpy as np
 
 from .audio import SAMPLE_RATE, AudioInput, load_audio, speech_seconds
 from .audio_ctx import choose_frames
-from .backend import MAX_POSITIONS, LoadedModel, SelfTestResult
+from .backend import MAX_POSITIONS, LoadedModel, SelfTestResult, check_not_forked
 from .decoding_options import check_token_ids, seek_clips, window_prompt
 from .drafters.base import Drafter, WindowContext
 from .drafters.bigram import BigramGuesser
@@ -227,6 +227,7 @@ class WhisperEngine:
             device, threads = loaded.device, loaded.threads
             compute_type = loaded.requested_compute_type
         else:
+            check_not_forked()  # before anything that may wait on a lock a thread of the parent held
             self.model_dir = resolve_model(model, prefer_int8=compute_type.startswith("int8"))
             self.lm = LoadedModel(self.model_dir, device=device, compute_type=compute_type, threads=threads,
                                   decoder_threads=decoder_threads, batch_decoder=batch_decoder,

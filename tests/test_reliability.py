@@ -157,6 +157,9 @@ def test_a_model_loaded_in_a_forked_process_is_a_clear_error_not_a_hang(tiny_mod
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report, and leave without pytest's exit handlers whatever happens
+        import faulthandler
+
+        faulthandler.dump_traceback_later(45, exit=True, file=os.fdopen(write, "w"))  # where a hang hangs
         try:
             WhisperEngine(tiny_model_dir, threads=1)
             said = "loaded"
@@ -175,7 +178,7 @@ def test_a_model_loaded_in_a_forked_process_is_a_clear_error_not_a_hang(tiny_mod
     if not ready:
         os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
-    assert "forked from one that had loaded a model" in said and "spawn" in said
+    assert "forked from one that had loaded a model" in said and "spawn" in said, said
 
 
 def test_nothing_is_written_to_home_or_sent(tiny_model_dir, tmp_path):

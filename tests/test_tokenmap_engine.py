@@ -6,7 +6,7 @@ import pytest
 
 from clips import clips
 from specwhisper import WhisperEngine
-from specwhisper.audio import load_audio, speech_seconds
+from specwhisper.audio import BUNDLED_SAMPLE, load_audio, speech_seconds
 from specwhisper.cli import main
 from specwhisper.tokenmap import build_token_map, load_token_map
 
@@ -204,7 +204,7 @@ def test_two_engines_saving_their_learning_into_one_map_keep_both(base_engine, c
 
 
 def test_map_for_another_tokenizer_is_refused(tiny_model_dir, car_map, capsys):
-    rc = main(["transcribe", "x.flac", "--model", str(tiny_model_dir), "--tokenmap", str(car_map)])
+    rc = main(["transcribe", str(BUNDLED_SAMPLE), "--model", str(tiny_model_dir), "--tokenmap", str(car_map)])
     err = capsys.readouterr().err
     assert rc == 2 and "error:" in err and "Traceback" not in err
 
