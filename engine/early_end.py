@@ -23,14 +23,13 @@ import numpy as np
 
 from .audio import SAMPLE_RATE
 from .errors import SpecWhisperError
+from .vad import FRAME  # samples: Silero's frame at 16 kHz, the energy check's too
 
 RESEEK_MIN_S = 5.0  # seconds after a complete window's last segment worth asking about
 SPEECH_MIN_S = 1.0  # of speech in them that a window should not skip
 VAD_THRESHOLD = 0.5  # Silero's speech probability (its usual threshold)
-FRAME = 512  # samples (Silero's frame at 16 kHz; the energy check's too)
-ENERGY_MARGIN_DB = 15.0  # a frame this much louder than the stretch's quiet frames is speech ...
-ENERGY_MIN_DB = -50.0  # ... and never one quieter than this (dBFS)
-QUIET_PERCENTILE = 10  # the stretch's quiet frames: its 10th percentile of frame level
+QUIET_PERCENTILE = 10  # the stretch's quiet frames (its 10th percentile of frame level): the energy
+# check's floor, with the margin and minimum of listen's energy detector
 SILENCE_PEAK = 1e-4  # samples under this (-80 dBFS) are digital silence (the transcriber's bound too)
 LEADING_SILENCE_S = 1.0  # digital silence at a window's start worth stepping over ...
 SOUND_LEAD_S = 0.2  # ... to this much before its first sound
@@ -50,10 +49,15 @@ def speech_seconds_in(samples: np.ndarray, vad_only: bool = False) -> float:
     except (ImportError, SpecWhisperError):  # the [vad] extra is not installed: frame energy
         if vad_only:
             return 0.0
+        from .listen_endpoint import (  # (it imports the transcriber, which imports this)
+            MARGIN_DB,
+            MIN_SPEECH_DB,
+        )
+
         blocks = samples[:frames * FRAME].reshape(frames, FRAME).astype(np.float64)
         level = 10.0 * np.log10(np.mean(blocks * blocks, axis=1) + 1e-12)
         floor = np.percentile(level, QUIET_PERCENTILE)
-        speech = int(np.count_nonzero(level >= max(floor + ENERGY_MARGIN_DB, ENERGY_MIN_DB)))
+        speech = int(np.count_nonzero(level >= max(floor + MARGIN_DB, MIN_SPEECH_DB)))
     return speech * FRAME / SAMPLE_RATE
 
 

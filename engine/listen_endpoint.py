@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .audio import SAMPLE_RATE
+from .early_end import SILENCE_PEAK
 from .errors import OptionError, SpecWhisperError
-from .transcriber import SILENCE_PEAK
 from .vad import FRAME
 
 ENDPOINTINGS = ("auto", "vad", "energy")
