@@ -6,10 +6,15 @@ with a single timestamp is complete, "no speech after the last timestamp", and t
 starts after the whole window. The model sometimes ends a window after its first sentence while
 speech goes on (at a change of speaker or recording): on an hour of read speech, base dropped three
 stretches of 13-28 s that way, sentences and all, with nothing said about it. So where such a
-window leaves at least ``RESEEK_MIN_S`` after its last segment, the rest is asked whether it holds
+window leaves at least ``RESEEK_MIN_S`` after its last segment (or its last segment ends that
+long before its last timestamp, see below), the rest is asked whether it holds
 speech (Silero VAD where the ``[vad]`` extra is installed, else frame energy over the stretch's own
 quiet frames); if it does, the next window starts where the last segment ended, and decides
 what that audio says (Whisper's no-speech rule still skips it where the model hears none).
+Where the window's last segment is timed over most of the window ("Gothic and Roman." from 0 to
+28.6 s: seconds per token no speaker takes), no 5 s are left after it; its words' alignment (what
+word timestamps run) says where they end (1.1 s there), and the segment ends there instead, with
+the same question asked of what follows up to where the next window would start.
 
 A window that starts in digital silence (samples of exactly nothing: a recording paused, files
 joined) starts at its first sound instead: Whisper stepped over silent windows 30 s at a time, and
@@ -31,6 +36,7 @@ VAD_THRESHOLD = 0.5  # Silero's speech probability (its usual threshold)
 QUIET_PERCENTILE = 10  # the stretch's quiet frames (its 10th percentile of frame level): the energy
 # check's floor, with the margin and minimum of listen's energy detector
 SILENCE_PEAK = 1e-4  # samples under this (-80 dBFS) are digital silence (the transcriber's bound too)
+SLOW_TOKEN_S = 1.0  # a segment timed over this many seconds per text token (speech runs ~0.3) or more
 LEADING_SILENCE_S = 1.0  # digital silence at a window's start worth stepping over ...
 SOUND_LEAD_S = 0.2  # ... to this much before its first sound
 
@@ -61,17 +67,27 @@ def speech_seconds_in(samples: np.ndarray, vad_only: bool = False) -> float:
     return speech * FRAME / SAMPLE_RATE
 
 
-def restart_frame(waveform: np.ndarray, window_start: int, window_end: int, last_segment_end_s: float,
-                  next_start: int, vad_only: bool = False) -> int | None:
-    """The 10 ms frame where the next window should start instead of ``next_start`` (this
-    window's end, where Whisper's rule puts it), or None where Whisper's rule stands: less than
-    ``RESEEK_MIN_S`` left after the last segment, or too little speech in it (``vad_only``: as
-    Silero hears it; a window restarted after another, over music energy would chain them)."""
+def restart_frame(waveform: np.ndarray, window_start: int, last_segment_end_s: float, next_start: int,
+                  vad_only: bool = False) -> int | None:
+    """The 10 ms frame where the next window should start instead of ``next_start`` (where
+    Whisper's rule puts it: this window's end after a single timestamp, else its last timestamp),
+    or None where Whisper's rule stands: less than ``RESEEK_MIN_S`` between the last segment's end
+    and ``next_start``, or too little speech there (``vad_only``: as Silero hears it; a window
+    restarted after another, over music energy would chain them)."""
     restart = round(last_segment_end_s * 100)
-    if next_start < window_end or restart <= window_start or next_start - restart < RESEEK_MIN_S * 100:
+    if restart <= window_start or next_start - restart < RESEEK_MIN_S * 100:
         return None
     rest = waveform[restart * SAMPLE_RATE // 100:next_start * SAMPLE_RATE // 100]
     return restart if speech_seconds_in(rest, vad_only) >= SPEECH_MIN_S else None
+
+
+def overlong_last_segment(start_s: float, end_s: float, text_tokens: int, window_end_s: float) -> bool:
+    """Whether a window's last segment (``start_s`` to ``end_s``, ``text_tokens`` of text) leaves
+    too little after it for ``restart_frame`` while lasting far longer than its words could: where
+    its words end is worth an alignment."""
+    duration = end_s - start_s
+    return (window_end_s - end_s < RESEEK_MIN_S and duration >= RESEEK_MIN_S + SPEECH_MIN_S
+            and duration >= SLOW_TOKEN_S * max(1, text_tokens))
 
 
 def first_sound(waveform: np.ndarray, start: int, end: int) -> int:

@@ -23,7 +23,7 @@ from .decoding_options import check_token_ids, seek_clips, window_prompt
 from .drafters.base import Drafter, WindowContext
 from .drafters.bigram import BigramGuesser
 from .drafters.chain import DrafterChain
-from .early_end import SILENCE_PEAK, first_sound, restart_frame
+from .early_end import SILENCE_PEAK, first_sound, overlong_last_segment, restart_frame
 from .errors import OptionError, SpecWhisperError, warn_caller
 from .fallback import (
     Attempt,
@@ -566,10 +566,12 @@ class WhisperEngine:
                     if index > 0:  # a window after the first (which holds the prefix) may start at the sound
                         seek = first_sound(waveform, seek, min(seek + length, end))
                     window = self._transcribe_window(run, waveform, ahead, index, seek, min(seek + length, end))
-                    restart = restart_frame(waveform, seek, min(seek + length, end), window.segments[-1].end_s,
-                                            round(window.end_s * 100), vad_only=restarted) \
+                    restart = restart_frame(waveform, seek, window.segments[-1].end_s, round(window.end_s * 100),
+                                            vad_only=restarted) \
                         if self._may_restart(run, window) else None  # ended early while speech went on?
-                    window.end_s, restarted = (window.end_s, False) if restart is None else (restart / 100, True)
+                    if restart is not None:  # a cut-off segment after the restart is decoded again
+                        window.end_s, run.tail = restart / 100, []
+                    restarted = restart is not None
                     run.windows.append(window)
                     yield window
                     if run.ctx_frames < N_FRAMES:  # a short encoder window holds the whole (short) clip
@@ -710,6 +712,10 @@ class WhisperEngine:
                                       single_ending=run.timestamps and split.single_ending)
             if run.opts.hallucination_silence_threshold is not None:
                 segments, advance = self._cut_hallucinations(run, segments, start, end_frame, advance, before)
+        elif run.timestamps and run.ctx_frames == N_FRAMES and segments and \
+                overlong_last_segment(segments[-1].start_s, segments[-1].end_s,
+                                      sum(1 for t in segments[-1].tokens if t < eot), end_frame / 100):
+            self._end_at_last_word(run, segments, encoder_output, start, end_frame, language)
         segments = [seg for seg in segments if seg.end_s != seg.start_s and seg.text.strip()]
         for seg in segments:
             run.previous.extend(seg.tokens)
@@ -730,6 +736,22 @@ class WhisperEngine:
         ends = [seg.words[-1].end for seg in kept if seg.words]
         run.last_speech = ends[-1] if ends else last_speech
         return kept, advance if cut.advance is None else cut.advance
+
+    def _end_at_last_word(self, run: _Run, segments: list[Segment], encoder_output, start: int, end_frame: int,
+                          language: str) -> None:
+        """The window's last segment ends where its last word does (``early_end``: it was timed
+        over most of the window), so that ``restart_frame`` can ask whether speech went on after
+        it. The words are aligned as ``word_timestamps`` aligns them, and not kept."""
+        from .word_timestamps import SegmentTokens, add_word_timestamps
+
+        timed = add_word_timestamps(self.lm.model, self.tokenizer, encoder_output,
+                                    self.tokenizer.sot_sequence(language, run.opts.task, timestamps=True),
+                                    [SegmentTokens(seg.tokens, seg.start_s, seg.end_s) for seg in segments],
+                                    end_frame - start, start / 100, language, run.opts.prepend_punctuations,
+                                    run.opts.append_punctuations, last_speech_timestamp=run.last_speech)
+        last = segments[-1]
+        if timed[-1].words and last.start_s < timed[-1].words[-1].end < last.end_s:
+            last.end_s = timed[-1].words[-1].end
 
     def _add_words(self, run: _Run, segments: list[Segment], encoder_output, start: int, end_frame: int,
                    language: str, advance: int, single_ending: bool) -> int:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specwhisper.audio import SAMPLE_RATE, load_audio
-from specwhisper.early_end import RESEEK_MIN_S, restart_frame, speech_seconds_in
+from specwhisper.early_end import RESEEK_MIN_S, overlong_last_segment, restart_frame, speech_seconds_in
 
 
 @pytest.fixture(scope="module")
@@ -19,6 +19,34 @@ def boundary(shared_data) -> np.ndarray:
     lj = load_audio(shared_data / "longform/ljspeech_LJ001-0001_to_0032_concat.flac")
     longform = load_audio(shared_data / "longform/longform.flac")
     return np.concatenate([lj[-63515:], longform[:60 * SAMPLE_RATE]])  # where a window of the hour began
+
+
+@pytest.fixture(scope="module")
+def late_boundary(shared_data) -> np.ndarray:
+    """The LJ passage's last 1.3 s ("Gothic and Roman."), then longform.flac's first 60 s: where
+    the hour's window held one segment timed from 0 to 28.6 s, and jfk was lost after the fix above."""
+    lj = load_audio(shared_data / "longform/ljspeech_LJ001-0001_to_0032_concat.flac")
+    longform = load_audio(shared_data / "longform/longform.flac")
+    return np.concatenate([lj[-21077:], longform[:60 * SAMPLE_RATE]])
+
+
+@pytest.mark.parametrize("numerics", ["single-row", "batch-invariant"])
+def test_speech_after_a_segment_timed_over_the_window_is_transcribed(base_engine, late_boundary, numerics):
+    """The window's one segment was timed over most of it, so no 5 s were left after it to ask
+    about; its words' alignment ends it at its words (about 1.1 s), and the speech after is decoded."""
+    result = base_engine.transcribe(late_boundary, language="en", numerics=numerics)
+    text = result.text.lower()
+    assert "gothic and roman" in text
+    assert "fellow americans" in text and "quilter" in text
+    first = result.segments[0]
+    assert "gothic" in first.text.lower() and first.end_s < 5
+
+
+def test_a_long_segment_with_few_words_is_worth_aligning():
+    assert overlong_last_segment(0.0, 28.6, 5, 30.0)  # "Gothic and Roman." over the window
+    assert not overlong_last_segment(0.0, 28.6, 60, 30.0)  # a sentence's pace
+    assert not overlong_last_segment(0.0, 4.0, 1, 30.0)  # short: restart_frame asks about the rest itself
+    assert not overlong_last_segment(0.0, 20.0, 5, 30.0)  # 10 s left after it: restart_frame's case
 
 
 @pytest.mark.parametrize("numerics", ["single-row", "batch-invariant"])
@@ -42,11 +70,12 @@ def test_restart_needs_speech_in_what_is_left(shared_data):
     assert speech_seconds_in(quiet) < 1.0 and speech_seconds_in(speech) > 3.0
     window = quiet.copy()
     window[8 * SAMPLE_RATE:8 * SAMPLE_RATE + speech.size] += speech
-    assert restart_frame(window, 0, 3000, 4.0, 3000) == 400
-    assert restart_frame(quiet, 0, 3000, 4.0, 3000) is None  # nothing said after it
+    assert restart_frame(window, 0, 4.0, 3000) == 400
+    assert restart_frame(quiet, 0, 4.0, 3000) is None  # nothing said after it
     late = 30 - RESEEK_MIN_S + 0.5
-    assert restart_frame(window, 0, 3000, late, 3000) is None  # too little left to ask about
-    assert restart_frame(window, 0, 3000, 4.0, 2500) is None  # the window was cut off: Whisper seeks there
+    assert restart_frame(window, 0, late, 3000) is None  # too little left to ask about
+    assert restart_frame(window, 0, 4.0, 400) is None  # Whisper seeks to the segment's end anyway
+    assert restart_frame(window, 0, 4.0, 2500) == 400  # a segment ending long before the last timestamp
 
 
 def test_speech_after_digital_silence_is_timed_from_its_own_start(base_engine, shared_data):
