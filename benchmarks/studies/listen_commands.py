@@ -1,7 +1,8 @@
 """Command mode (issue 20): the domain test sets played as streams through ``engine.listen()``.
 
     python -m benchmarks.studies.listen_commands [--model base] [--threads 2] [--sets smarthome,car]
-        [--limit N] [--gap 0.3] [--silence-ms 600] [--pad-ms 300] [--complete-ms 100] [--complete-p 0.9] [--half tune] [--configs greedy,tokenmap,...] [--json FILE]
+        [--limit N] [--gap 0.3] [--silence-ms 600] [--pad-ms 300] [--complete-ms 100] [--complete-p 0.9] [--half tune] [--configs greedy,tokenmap,...]
+        [--peers fw-greedy,fw-default] [--json FILE]
 
 Each set's test clips (``--limit``: that many, spread over the manifest) are joined into one
 stream, ``--gap`` seconds of silence after each clip (the clips carry 0.25 s before their speech
@@ -26,6 +27,14 @@ the decoding alone, real-time factor (wall seconds of the whole run / audio seco
 included), decoder seconds and calls per command, drafts accepted, and the decoder-phase speedup
 against ``greedy`` (``timings.decoder_s`` summed: prefill and every decoder call). ``vs offline``:
 offline's whole-call seconds per clip over the listener's decoding per command.
+
+``--peers``: faster-whisper (in the benchmarks' peer venv, same model directory, threads and
+language) transcribes the very samples the listener decoded for each command (``audio_start_s`` to
+``audio_end_s`` of the first ``tokenmap`` configuration played, else the first configuration):
+``fw-greedy`` is its greedy search (beam 1, temperature 0), ``fw-default`` its own defaults (beam 5,
+the temperature ladder); both with its default 30 s window. Per peer: its seconds per command
+(median), ours over the same commands, their ratio (sum over sum, and the median of per-command
+ratios), and its WER: issue 20's "faster than faster-whisper on the same utterance".
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from specwhisper.tokenmap import build_token_map
 
 from ..data import half, load_set, shared_data_root, subset, train_text
 from ..metrics import wer
+from ..peer_env import PeerWorker
 
 CONFIGS = {
     "greedy": ({}, dict(speculation=False)),
@@ -118,8 +128,46 @@ def summarise(name: str, results, wall: float, audio_s: float, clips, spans, off
         "accepted": accepted, "drafted": drafted,
         "vs_offline": (sum(o["total_s"] for o in offline) / sum(dec)) if dec else None,
         "numerics": sorted({r.stats["numerics"] for r in results}),
-        "texts": [r.text for r in results], "tokens": [r.result.tokens for r in results],
+        "texts": [r.text for r in results], "tokens": [r.result.tokens for r in results], "results": results,
     }
+
+
+def peer_figures(worker: PeerWorker, peer: str, engine: WhisperEngine, threads: int, stream: np.ndarray,
+                 summary: dict, results, clips, spans, tmp: Path) -> dict:
+    """``peer`` transcribing each command's decoded samples; its times against ours on the same commands."""
+    seconds, texts = [], []
+    for i, r in [(-1, results[0]), *enumerate(results)]:  # the first command twice: a warm-up, not counted
+        npy = tmp / f"command-{i}.npy"
+        np.save(npy, stream[round(r.audio_start_s * SAMPLE_RATE):round(r.audio_end_s * SAMPLE_RATE)])
+        job = {"op": "transcribe", "system": peer, "model": str(engine.model_dir),
+               "compute_type": engine.lm.requested_compute_type, "threads": threads, "npy": str(npy), "language": "en"}
+        (res,) = worker.run_all(job)
+        npy.unlink()
+        if i >= 0:
+            seconds.append(res["timings"]["total_s"])
+            texts.append(res["text"])
+    ours = [r.decode_s for r in results]
+    mapped = per_clip([_Said(t, r.start_s, r.end_s) for t, r in zip(texts, results)], spans)
+    return {"peer": peer, "config": summary["config"], "commands": len(results),
+            "peer_median_s": statistics.median(seconds), "ours_median_s": statistics.median(ours),
+            "ratio_sum": sum(seconds) / sum(ours),
+            "ratio_median": statistics.median(p / o for p, o in zip(seconds, ours)),
+            "ratio_min": min(p / o for p, o in zip(seconds, ours)),
+            "peer_wer_reference": wer((t, [c.text], "en") for t, c in zip(mapped, clips)),
+            "ours_wer_reference": summary["wer_reference"], "peer_seconds": seconds, "peer_texts": texts}
+
+
+class _Said:
+    """A peer's text in the place of the command it transcribed (what ``per_clip`` reads)."""
+
+    def __init__(self, text: str, start_s: float, end_s: float) -> None:
+        self.text, self.start_s, self.end_s = text, start_s, end_s
+
+
+def peer_row(set_name: str, p: dict) -> str:
+    return (f"| {set_name} | {p['peer']} vs {p['config']} | {p['commands']} | {1000 * p['peer_median_s']:.0f} | "
+            f"{1000 * p['ours_median_s']:.0f} | **{p['ratio_sum']:.2f}x** | {p['ratio_median']:.2f}x | "
+            f"{p['ratio_min']:.2f}x | {100 * p['peer_wer_reference']:.1f} / {100 * p['ours_wer_reference']:.1f} |")
 
 
 def row(set_name: str, s: dict) -> str:
@@ -152,8 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--endpointing", default="auto", choices=["auto", "vad", "energy"])
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--data", default=None)
+    ap.add_argument("--peers", default="", help="faster-whisper systems timed on the same commands "
+                    "(fw-greedy, fw-default; comma-separated; in the peer venv, made on first use)")
     ap.add_argument("--json", default=None, help="write the figures here")
     args = ap.parse_args(argv)
+    peers = [p for p in args.peers.split(",") if p]
+    worker = PeerWorker(env_threads=args.threads) if peers else None
     root = shared_data_root(args.data)
     base = WhisperEngine(args.model, compute_type=args.compute_type, threads=args.threads)
     silence_s = args.silence_ms / 1000
@@ -204,8 +256,19 @@ def main(argv: list[str] | None = None) -> int:
                       f"({len(by_name['greedy-bi']['tokens'])} commands)")
                 if not same:
                     raise SystemExit("speculation changed the text")
+            timed = next((s for s in summaries if s["config"] == "tokenmap"), summaries[0])
+            peer_results = [peer_figures(worker, peer, base, args.threads, audio, timed, timed["results"], clips,
+                                         spans, Path(tmp)) for peer in peers]
+            for p in peer_results:
+                print(f"| set | peer vs ours | commands | peer s/cmd median ms | ours decode median ms | peer / ours "
+                      f"(sums) | median ratio | lowest ratio | WER ref % peer / ours |\n|---|---|---:|---:|---:|---:|"
+                      f"---:|---:|---:|\n{peer_row(set_name, p)}", flush=True)
+            for s in summaries:
+                del s["results"]
             out[set_name] = {"clips": [c.rel for c in clips], "offline": offline, "audio_s": audio_s,
-                             "configs": summaries}
+                             "configs": summaries, "peers": peer_results}
+    if worker is not None:
+        worker.close()
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)
