@@ -25,8 +25,17 @@ from .file_transcriber import check_decoding_options, check_learn_save, open_tra
 from .sigterm import Terminated, on_sigterm_unwind
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose errors are the line that says what is wrong and where to look: the
+    whole usage before it (29 lines for ``transcribe``) buried that line. Subcommands' parsers are
+    made of this class too (``add_subparsers`` uses the parent's)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n  what to do: see '{self.prog} --help'\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="specwhisper",
         description="On-device Whisper transcription on CTranslate2, made faster losslessly by speculative decoding.",
     )
@@ -35,8 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.command_parsers = sub.choices  # type: ignore[attr-defined]
 
     t = sub.add_parser("transcribe", help="transcribe audio files",
-                       description="Transcribe audio files. Speculation never changes the text: with the same "
-                                   "--numerics, output equals --no-speculation token for token.")
+                       description="Transcribe audio files. Speculation never changes the text in the same "
+                                   "numerics: output equals --no-speculation token for token wherever both "
+                                   "decoded a window in the same numerics (each window's is recorded: --stats, "
+                                   "json). --numerics auto decodes single-row where nothing is drafted "
+                                   "(--no-speculation included) and batch-invariant where drafts pay, so the "
+                                   "oracle of a speculated run is --no-speculation --numerics batch-invariant.")
     t.add_argument("audio", nargs="+", help="audio files (wav/flac/ogg/mp3; m4a/video with the [av] extra, which also decodes mp3)")
     add_model_args(t)
     t.add_argument("--output-format", default="txt", choices=["txt", "json", "srt", "vtt"],
@@ -82,8 +95,9 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", default="transcribe", choices=["transcribe", "translate"])
     p.add_argument("--no-speculation", action="store_true", help="plain greedy decoding (the exactness oracle)")
     p.add_argument("--numerics", default="auto", choices=["auto", "batch-invariant", "single-row"],
-                   help="auto: batch-invariant where drafting is expected to pay, else single-row (CT2 native); "
-                        "batch-invariant always where the invariant decoder is faster than single-row")
+                   help="auto: batch-invariant where drafting is expected to pay (or --draft-len is given), else "
+                        "single-row (CT2 native); batch-invariant always where the invariant decoder is faster than "
+                        "single-row. Near-tie words may differ between the two numerics, never within one")
     p.add_argument("--tokenmap", default=None, help="n-gram token map built with 'specwhisper tokenmap build'")
     p.add_argument("--draft-len", type=int, default=None, help="fixed draft length K (default: cost model)")
     p.add_argument("--prompt-lookup", dest="prompt_lookup", action="store_true", default=True,

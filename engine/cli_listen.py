@@ -51,6 +51,7 @@ def add_listen_parser(sub, add_model_args) -> None:
                                                                      "(default 15)")
     p.add_argument("--no-speculation", action="store_true", help="plain greedy decoding (the exactness oracle)")
     p.add_argument("--numerics", default="auto", choices=["auto", "batch-invariant", "single-row"])
+    p.add_argument("--draft-len", type=int, default=None, help="fixed draft length K (default: cost model)")
     p.add_argument("--audio-ctx", default="auto",
                    help="encoder context of a command: auto (default: a short window fitted to the command, 2-3x "
                         "faster; near-tie words may differ from full), full (30 s, as transcribe), or mel frames "
@@ -80,7 +81,8 @@ def run_listen(args) -> int:
     check_listener_options(silence_s=args.silence_ms / 1000, max_utterance_s=args.max_utterance,
                            complete_s=complete_s)
     make_detector(args.endpointing, 0.5, None)  # --vad without the extra
-    TranscribeOptions(language=args.language, numerics=args.numerics, audio_ctx=args.audio_ctx)
+    TranscribeOptions(language=args.language, numerics=args.numerics, audio_ctx=args.audio_ctx,
+                      draft_len=args.draft_len)
     chunks = audio_source(args.source, args.realtime, "specwhisper listen")
     engine = WhisperEngine(args.model, device=args.device, compute_type=args.compute_type, threads=args.threads,
                            decoder_threads=args.decoder_threads, batch_decoder=args.batch_decoder,
@@ -88,7 +90,7 @@ def run_listen(args) -> int:
     listener = engine.listen(args.language, endpointing=args.endpointing, silence_s=args.silence_ms / 1000,
                              max_utterance_s=args.max_utterance, complete_s=complete_s,
                              speculation=not args.no_speculation,
-                             numerics=args.numerics, audio_ctx=args.audio_ctx)
+                             numerics=args.numerics, audio_ctx=args.audio_ctx, draft_len=args.draft_len)
     if args.stats:
         language = language_code(args.language) or (f"{engine.tokenmap_language} (token map)" if engine.tokenmap_language
                                      else "detected per command" if engine.tokenizer.multilingual

@@ -42,6 +42,7 @@ def add_stream_parser(sub, add_model_args) -> None:
     s.add_argument("--no-speculation", action="store_true", help="plain greedy passes (the exactness oracle)")
     s.add_argument("--no-previous-pass", action="store_true", help="do not draft a pass from the one before")
     s.add_argument("--numerics", default="auto", choices=["auto", "batch-invariant", "single-row"])
+    s.add_argument("--draft-len", type=int, default=None, help="fixed draft length K (default: cost model)")
     s.add_argument("--audio-ctx", default="auto", help="encoder context of a pass: auto (fitted to the buffer, "
                                                        "default), full, or mel frames 600|1000|1500|2000")
     s.add_argument("--endpointing", default="auto", choices=GATES,
@@ -65,15 +66,17 @@ def step_seconds(value: str) -> float:
 
 
 def run_stream(args) -> int:
+    from .transcribe_options import TranscribeOptions
     from .transcriber import WhisperEngine
 
     check_gate_options(args.endpointing, args.silence_ms / 1000)
+    TranscribeOptions(draft_len=args.draft_len)  # a bad K fails before the model loads
     chunks = audio_source(args.source, args.realtime, "specwhisper stream")  # fails before the model loads
     engine = WhisperEngine(args.model, device=args.device, compute_type=args.compute_type, threads=args.threads,
                            decoder_threads=args.decoder_threads, batch_decoder=args.batch_decoder,
                            encoder=args.encoder, tokenmap=args.tokenmap)
     stream = engine.stream(args.language, args.task, args.step, speculation=not args.no_speculation,
-                           numerics=args.numerics, audio_ctx=args.audio_ctx,
+                           numerics=args.numerics, audio_ctx=args.audio_ctx, draft_len=args.draft_len,
                            previous_pass_drafts=not args.no_previous_pass, endpointing=args.endpointing,
                            silence_s=args.silence_ms / 1000)
     show = _json_printer() if args.output_format == "json" else _text_printer(sys.stdout.isatty())

@@ -38,10 +38,15 @@ def warn_caller(message: str) -> None:
     warnings.warn(message, UserWarning, stacklevel=level)
 
 
+# Options whose command-line flag is not the keyword's name: the flag that turns them off.
+FLAGS = {"speculation": "--no-speculation", "prompt_lookup": "--prompt-lookup/--no-prompt-lookup",
+         "previous_pass_drafts": "--no-previous-pass"}
+
+
 def option_where(name: str) -> str:
     """Where an option's error points, for both ways to give it: the keyword of the Python API and
     the command line's flag (one check serves both, so the message names both)."""
-    return f"{name} (--{name.replace('_', '-')})"
+    return f"{name} ({FLAGS.get(name, '--' + name.replace('_', '-'))})"
 
 
 class AudioError(SpecWhisperError):

@@ -307,6 +307,8 @@ def choose_numerics(requested: str, speculation: bool, row_floor: int | None, ha
         return "single-row", "batch-invariance self-test failed on this machine"
     if not has_drafters:
         return "single-row", "no drafter"
+    if expected_speedup == float("inf"):
+        return "batch-invariant", "draft length fixed by the caller (speculation assumed to pay)"
     if expected_speedup >= margin:
         return "batch-invariant", f"expected speedup {expected_speedup:.2f}x"
     return "single-row", f"expected speedup {expected_speedup:.2f}x < {margin:.2f}x"

@@ -340,6 +340,8 @@ class WhisperEngine:
         if opts.hallucination_silence_threshold is not None and not opts.word_timestamps:
             warn_caller("hallucination_silence_threshold needs word_timestamps=True (as in faster-whisper, it has "
                         "no effect without word timings)")
+        if opts.draft_len and (no_drafts := _no_drafts_because(opts)):
+            warn_caller(f"draft_len={opts.draft_len} has no effect: {no_drafts} decodes without drafts")
         if opts.multilingual and not self.tokenizer.multilingual:
             opts = replace(opts, multilingual=False)
         t_start = time.perf_counter()
@@ -890,6 +892,16 @@ def _tokenmap_language(tmap, tokenizer) -> str | None:
                             where=tmap.source, hint="rebuild it with: specwhisper tokenmap build ... "
                                                     "--language CODE (or --language none)") from None
     return language
+
+
+def _no_drafts_because(opts: TranscribeOptions) -> str | None:
+    """Why options decode without drafts whatever the draft length (a fixed ``draft_len`` given
+    with them did nothing and said nothing), or None."""
+    if not opts.speculation:
+        return "speculation off"
+    if opts.numerics == "single-row":
+        return "single-row numerics"
+    return opts.generate_only()
 
 
 def _verify_name(model, model_dir: Path) -> str:

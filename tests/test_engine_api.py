@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 
 from adversarial import Oracle
 from specwhisper import WhisperEngine
+from specwhisper.audio import SAMPLE_RATE
 from specwhisper.errors import OptionError
 from specwhisper.policy import AdaptiveDraftLength, VerifyCost, choose_numerics, realised_speedup
 
@@ -64,6 +66,19 @@ def test_numerics_choice_rules():
     assert choose_numerics("auto", True, 3, False, 9.0)[0] == "single-row"
     # the loop pays more than the calibrated curve: a window is speculated only for a clear gain
     assert choose_numerics("auto", True, 3, True, 1.05)[0] == "single-row"
+    # a draft length the caller fixed is taken to pay, and the reason says so (not "infx")
+    assert choose_numerics("auto", True, 3, True, float("inf")) == (
+        "batch-invariant", "draft length fixed by the caller (speculation assumed to pay)")
+
+
+def test_a_draft_length_that_cannot_draft_is_said(tiny_engine):
+    """A fixed draft length with options that decode without drafts did nothing and said nothing
+    (a helper as a skeptical user, session 59)."""
+    audio = np.zeros(SAMPLE_RATE, np.float32)
+    for options, why in ((dict(numerics="single-row"), "single-row numerics"),
+                         (dict(speculation=False), "speculation off"), (dict(beam_size=2), "beam search")):
+        with pytest.warns(UserWarning, match=f"draft_len=3 has no effect: {why}"):
+            tiny_engine.transcribe(audio, draft_len=3, **options)
     assert choose_numerics("auto", True, 3, True, 1.2)[0] == "batch-invariant"
 
 

@@ -321,6 +321,9 @@ def test_option_mistakes_are_value_errors_named_before_any_work(tiny_engine, tin
         assert name in info.value.where and info.value.hint, name
     with pytest.raises(OptionError, match="draft length 2.5"):
         tiny_engine.transcribe(audio, draft_len=2.5)
+    with pytest.raises(OptionError) as info:  # the flag that sets it, not a --speculation that is not there
+        tiny_engine.transcribe(audio, speculation="no")
+    assert info.value.where == "speculation (--no-speculation)"
     per_engine = {"compute_type": "int4", "decoder_threads": "1", "threads": None, "device": "gpu",
                   "encoder": "bogus", "batch_decoder": "x", "learn": "no"}
     for name, value in per_engine.items():

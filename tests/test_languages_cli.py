@@ -83,4 +83,7 @@ def test_an_unknown_option_is_named_by_its_commands_usage(capsys):
     with pytest.raises(SystemExit) as info:
         main(["stream", "x.wav", "--tentative"])
     assert info.value.code == 2
-    assert "specwhisper stream: error: unrecognized arguments: --tentative" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "specwhisper stream: error: unrecognized arguments: --tentative" in err
+    # the line that says what is wrong and where to look, not 30 lines of usage before it
+    assert "usage:" not in err and "see 'specwhisper stream --help'" in err and len(err.splitlines()) == 2
