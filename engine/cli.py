@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import time
@@ -17,6 +16,7 @@ from .cli_batch import add_batch_parser, run_batch_command
 from .cli_fw import add_fw_args
 from .cli_listen import add_listen_parser, run_listen
 from .cli_stream import add_stream_parser, run_stream
+from .cores import usable_cores
 from .encoders import ENCODERS
 from .errors import SpecWhisperError
 from .fallback import LADDER
@@ -31,7 +31,20 @@ class _Parser(argparse.ArgumentParser):
     made of this class too (``add_subparsers`` uses the parent's)."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n  what to do: see '{self.prog} --help'\n")
+        self.exit(2, f"{self.prog}: error: {message}\n  what to do: {self._advice(message)}see '{self.prog} --help'\n")
+
+    def _advice(self, message: str) -> str:
+        """What openai-whisper's users type that this command line spells otherwise (a helper as one)."""
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        words = message.split(":", 1)[1].split()
+        ours = {flag for action in self._actions for flag in action.option_strings}
+        hyphens = [w.split("=")[0].replace("_", "-") for w in words if w.startswith("--") and "_" in w]
+        if any(flag in ours for flag in hyphens):
+            return f"options are spelled with hyphens ({', '.join(f for f in hyphens if f in ours)}); "
+        if any(w in ("True", "False", "true", "false") for w in words):
+            return "on/off options take no value (--word-timestamps, not --word-timestamps True); "
+        return ""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,11 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("transcribe", help="transcribe audio files",
                        description="Transcribe audio files. Speculation never changes the text in the same "
-                                   "numerics: output equals --no-speculation token for token wherever both "
-                                   "decoded a window in the same numerics (each window's is recorded: --stats, "
-                                   "json). --numerics auto decodes single-row where nothing is drafted "
-                                   "(--no-speculation included) and batch-invariant where drafts pay, so the "
-                                   "oracle of a speculated run is --no-speculation --numerics batch-invariant.")
+                                   "numerics: with the same --numerics pinned in both runs (batch-invariant, "
+                                   "where drafts run), output equals --no-speculation token for token. "
+                                   "--numerics auto chooses per window (recorded: --stats, json), and near-tie "
+                                   "words may differ between the two numerics.")
     t.add_argument("audio", nargs="+", help="audio files (wav/flac/ogg/mp3; m4a/video with the [av] extra, which also decodes mp3)")
     add_model_args(t)
     t.add_argument("--output-format", default="txt", choices=["txt", "json", "srt", "vtt"],
@@ -141,7 +153,8 @@ def whole_number(value: str) -> int:
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="tiny.en, base (default), a CT2 model directory, or a HF repo id")
     p.add_argument("--compute-type", default="int8", choices=COMPUTE_TYPES)
-    p.add_argument("--threads", type=whole_number, default=min(4, os.cpu_count() or 2), help="CPU threads (intra-op)")
+    p.add_argument("--threads", type=whole_number, default=min(4, usable_cores()),
+                   help="CPU threads (intra-op; default: the cores this process may use, at most 4)")
     p.add_argument("--decoder-threads", type=int, default=None,
                    help="threads of the decoder's calls (default: 1 unless --threads is clearly faster, measured once)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -202,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     except SpecWhisperError as exc:
         print(f"error: {exc.message()}", file=sys.stderr)
         return 2
+    except MemoryError:  # a box with little memory: said, not a traceback (files written stay whole)
+        print("error: out of memory\n  what to do: close other programs, or use a smaller model (--model "
+              "tiny.en), --threads 1, no --draft-model", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # files written are whole, the one under way leaves nothing (io_utils)
         print("interrupted", file=sys.stderr)
         return 130

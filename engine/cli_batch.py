@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+
+from .cores import usable_cores
 
 
 def add_batch_parser(sub, add_model_args, add_decoding_args) -> None:
@@ -44,7 +45,7 @@ def run_batch_command(args: argparse.Namespace) -> int:
     if args.threads_per_worker is not None:
         args.threads = args.threads_per_worker
     elif args.workers > 1 and args.ray is None:  # this machine's cores shared out among the pool
-        args.threads = max(1, (os.cpu_count() or 2) // args.workers)
+        args.threads = max(1, usable_cores() // args.workers)
     # case as typed does not matter, and a format named twice is written once
     formats = tuple(dict.fromkeys(fmt.strip().lower() for fmt in args.output_format.split(",") if fmt.strip()))
     report = run_batch(args.inputs, args.output_dir, args, formats=formats, ray=args.ray, workers=args.workers,

@@ -132,8 +132,8 @@ def _fw_kwargs(args) -> dict:
     --batch-size change which audio is decoded, not how; our options go as its extra keywords."""
     from .fallback import parse_temperatures
 
-    # "auto" decides on the audio the engine is given; batched chunks (at most 30 s each) decode
-    # without timestamps, as faster-whisper's pipeline does, however it hands them to the engine.
+    # "auto" decides on the file's length (with --vad too: WhisperModel.transcribe); batched chunks
+    # (at most 30 s each) decode without timestamps, as faster-whisper's pipeline does.
     timestamps = "off" if args.batch_size is not None and args.timestamps == "auto" else args.timestamps
     return dict(language=args.language, task=args.task, beam_size=args.beam_size, best_of=1,
                 temperature=parse_temperatures(args.temperature), log_prob_threshold=None,

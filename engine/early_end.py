@@ -81,13 +81,12 @@ def restart_frame(waveform: np.ndarray, window_start: int, last_segment_end_s: f
     return restart if speech_seconds_in(rest, vad_only) >= SPEECH_MIN_S else None
 
 
-def overlong_last_segment(start_s: float, end_s: float, text_tokens: int, window_end_s: float) -> bool:
-    """Whether a window's last segment (``start_s`` to ``end_s``, ``text_tokens`` of text) leaves
-    too little after it for ``restart_frame`` while lasting far longer than its words could: where
-    its words end is worth an alignment."""
+def overlong_last_segment(start_s: float, end_s: float, text_tokens: int) -> bool:
+    """Whether a window's last segment (``start_s`` to ``end_s``, ``text_tokens`` of text) lasts
+    far longer than its words could (speech the model left out may hide in it, before as well as
+    after what ``restart_frame`` asks about): where its words end is worth an alignment."""
     duration = end_s - start_s
-    return (window_end_s - end_s < RESEEK_MIN_S and duration >= RESEEK_MIN_S + SPEECH_MIN_S
-            and duration >= SLOW_TOKEN_S * max(1, text_tokens))
+    return duration >= RESEEK_MIN_S + SPEECH_MIN_S and duration >= SLOW_TOKEN_S * max(1, text_tokens)
 
 
 def first_sound(waveform: np.ndarray, start: int, end: int) -> int:

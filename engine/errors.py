@@ -41,11 +41,21 @@ def warn_caller(message: str) -> None:
 # Options whose command-line flag is not the keyword's name: the flag that turns them off.
 FLAGS = {"speculation": "--no-speculation", "prompt_lookup": "--prompt-lookup/--no-prompt-lookup",
          "previous_pass_drafts": "--no-previous-pass"}
+# Keywords of the Python API with no flag on the command line (tests/test_inputs.py checks both
+# lists against `specwhisper transcribe`'s parser).
+PYTHON_ONLY = frozenset({
+    "compression_ratio_threshold", "log_prob_threshold", "no_speech_threshold", "scores", "best_of", "patience",
+    "length_penalty", "repetition_penalty", "no_repeat_ngram_size", "prompt_reset_on_temperature", "prefix",
+    "draft_hint", "hotwords", "suppress_blank", "suppress_tokens", "max_initial_timestamp", "max_new_tokens",
+    "clip_timestamps", "chunk_length", "multilingual", "prepend_punctuations", "append_punctuations",
+    "language_detection_segments", "language_detection_threshold", "progress", "numerics_from_auto"})
 
 
 def option_where(name: str) -> str:
     """Where an option's error points, for both ways to give it: the keyword of the Python API and
-    the command line's flag (one check serves both, so the message names both)."""
+    the command line's flag (one check serves both, so the message names both where both exist)."""
+    if name in PYTHON_ONLY:
+        return f"{name} (Python API)"
     return f"{name} ({FLAGS.get(name, '--' + name.replace('_', '-'))})"
 
 

@@ -308,7 +308,7 @@ def choose_numerics(requested: str, speculation: bool, row_floor: int | None, ha
     if not has_drafters:
         return "single-row", "no drafter"
     if expected_speedup == float("inf"):
-        return "batch-invariant", "draft length fixed by the caller (speculation assumed to pay)"
+        return "batch-invariant", "a draft-length rule that assumes speculation pays (e.g. a fixed draft length)"
     if expected_speedup >= margin:
         return "batch-invariant", f"expected speedup {expected_speedup:.2f}x"
     return "single-row", f"expected speedup {expected_speedup:.2f}x < {margin:.2f}x"

@@ -19,6 +19,7 @@ import numpy as np
 from .audio import SAMPLE_RATE, AudioInput, load_audio, speech_seconds
 from .audio_ctx import choose_frames
 from .backend import MAX_POSITIONS, LoadedModel, SelfTestResult, check_not_forked
+from .cores import default_threads, usable_cores
 from .decoding_options import check_token_ids, seek_clips, window_prompt
 from .drafters.base import Drafter, WindowContext
 from .drafters.bigram import BigramGuesser
@@ -132,6 +133,7 @@ class _Run:
     n_content: int = 0  # frames of the recording
     dropped: bool = False  # the window just decoded was dropped as a hallucination over silence
     tail: list[int] = field(default_factory=list)  # the last window's incomplete segment (drafting only)
+    aligned_end: bool = False  # the last window's last segment was ended at its last word (``early_end``)
     cpu_free: Callable[[], bool] | None = None  # whether nothing runs beside the decoder now (encoder ahead, draft model)
     lockstep: dict | None = None  # windows decoded in lockstep: slots, step-graph calls, rows fed
     tokens: list[int] = field(default_factory=list)
@@ -184,7 +186,7 @@ class WhisperEngine:
     """A loaded model plus its drafters. Safe to call from several threads (windows are serialised)."""
 
     def __init__(self, model: str | Path | None = None, device: str = "cpu", compute_type: str = "int8",
-                 threads: int = 2, *, tokenmap: str | Path | TokenMap | None = None, learn: bool = False,
+                 threads: int | None = None, *, tokenmap: str | Path | TokenMap | None = None, learn: bool = False,
                  prompt_lookup: bool = True, draft_model: str | Path | None = None,
                  drafters: list[Drafter] | None = None,
                  verify_cost: VerifyCost | None = None, selftest: bool = True,
@@ -193,7 +195,8 @@ class WhisperEngine:
                  batch_decoder: str = "auto", encoder: str = "auto") -> None:
         """``model``: a registry name (``base``, the default; ``tiny.en``), a CTranslate2 model
         folder or a Hugging Face repo id; pulled into the model store on first use.
-        ``threads``: CPU threads of the encoder (the decoder's are measured, ``decoder_threads``).
+        ``threads``: CPU threads of the encoder (the decoder's are measured, ``decoder_threads``);
+        default 2, or 1 where the process may use one core only (``cores``).
         ``tokenmap``: a token map (a ``.tmap`` path or a loaded ``TokenMap``) whose n-grams draft
         (domain commands); ``learn``: learn n-grams from this engine's own outputs as it goes
         (``save_learned`` writes them). ``prompt_lookup``: draft from the window's prompt and the
@@ -215,6 +218,7 @@ class WhisperEngine:
         device, threads, compute type, encoder and batch decoder hold (``device``, ``threads`` and
         ``compute_type`` are not read); an explicit ``encoder`` (other than the one it runs),
         ``batch_decoder`` (other than the one it was loaded with) or ``decoder_threads`` is an error."""
+        threads = default_threads() if threads is None else threads
         check_engine_options(device=device, compute_type=compute_type, threads=threads, decoder_threads=decoder_threads,
                              encoder=encoder, batch_decoder=batch_decoder,
                              switches=dict(learn=learn, prompt_lookup=prompt_lookup, selftest=selftest,
@@ -271,8 +275,8 @@ class WhisperEngine:
         if draft_model is not None and self.row_floor is not None:
             from .drafters.draft_model import open_draft_drafter
 
-            if draft_ahead is None:
-                draft_ahead = device == "cpu" and self.lm.decoder is not self.lm.model
+            if draft_ahead is None:  # ahead needs a core the decoder leaves idle
+                draft_ahead = device == "cpu" and self.lm.decoder is not self.lm.model and usable_cores() > 1
             self.draft_drafter = open_draft_drafter(draft_model, self.tokenizer, device=device,
                                                     compute_type=compute_type, threads=threads,
                                                     main_model_dir=self.model_dir, main_device=device,
@@ -570,7 +574,7 @@ class WhisperEngine:
                     window = self._transcribe_window(run, waveform, ahead, index, seek, min(seek + length, end))
                     restart = restart_frame(waveform, seek, window.segments[-1].end_s, round(window.end_s * 100),
                                             vad_only=restarted) \
-                        if self._may_restart(run, window) else None  # ended early while speech went on?
+                        if self._may_restart(run, window) and not (restarted and run.aligned_end) else None
                     if restart is not None:  # a cut-off segment after the restart is decoded again
                         window.end_s, run.tail = restart / 100, []
                     restarted = restart is not None
@@ -714,10 +718,11 @@ class WhisperEngine:
                                       single_ending=run.timestamps and split.single_ending)
             if run.opts.hallucination_silence_threshold is not None:
                 segments, advance = self._cut_hallucinations(run, segments, start, end_frame, advance, before)
-        elif run.timestamps and run.ctx_frames == N_FRAMES and segments and \
-                overlong_last_segment(segments[-1].start_s, segments[-1].end_s,
-                                      sum(1 for t in segments[-1].tokens if t < eot), end_frame / 100):
-            self._end_at_last_word(run, segments, encoder_output, start, end_frame, language)
+        with_text = [i for i, seg in enumerate(segments) if seg.text.strip()]
+        last = segments[with_text[-1]] if with_text else None
+        run.aligned_end = not run.opts.word_timestamps and self._may_align_end(run) and last is not None and \
+            overlong_last_segment(last.start_s, last.end_s, sum(1 for t in last.tokens if t < eot)) and \
+            self._end_at_last_word(run, segments, with_text[-1], encoder_output, start, end_frame, language)
         segments = [seg for seg in segments if seg.end_s != seg.start_s and seg.text.strip()]
         for seg in segments:
             run.previous.extend(seg.tokens)
@@ -739,11 +744,20 @@ class WhisperEngine:
         run.last_speech = ends[-1] if ends else last_speech
         return kept, advance if cut.advance is None else cut.advance
 
-    def _end_at_last_word(self, run: _Run, segments: list[Segment], encoder_output, start: int, end_frame: int,
-                          language: str) -> None:
-        """The window's last segment ends where its last word does (``early_end``: it was timed
-        over most of the window), so that ``restart_frame`` can ask whether speech went on after
-        it. The words are aligned as ``word_timestamps`` aligns them, and not kept."""
+    @staticmethod
+    def _may_align_end(run: _Run) -> bool:
+        """Whether a window's overlong last segment may be ended at its last word: where a restart
+        may follow (``_may_restart``'s full windows, no ``hallucination_silence_threshold``) and in
+        transcription only (English words aligned against speech in another language end anywhere)."""
+        return (run.timestamps and run.ctx_frames == N_FRAMES and run.opts.task == "transcribe"
+                and run.opts.hallucination_silence_threshold is None)
+
+    def _end_at_last_word(self, run: _Run, segments: list[Segment], index: int, encoder_output, start: int,
+                          end_frame: int, language: str) -> bool:
+        """Segment ``index`` (the window's last with text, timed over most of the window:
+        ``early_end``) ends where its last word does, so that ``restart_frame`` can ask whether
+        speech went on after it; whether it moved. The words are aligned as ``word_timestamps``
+        aligns them, and not kept."""
         from .word_timestamps import SegmentTokens, add_word_timestamps
 
         timed = add_word_timestamps(self.lm.model, self.tokenizer, encoder_output,
@@ -751,9 +765,11 @@ class WhisperEngine:
                                     [SegmentTokens(seg.tokens, seg.start_s, seg.end_s) for seg in segments],
                                     end_frame - start, start / 100, language, run.opts.prepend_punctuations,
                                     run.opts.append_punctuations, last_speech_timestamp=run.last_speech)
-        last = segments[-1]
-        if timed[-1].words and last.start_s < timed[-1].words[-1].end < last.end_s:
-            last.end_s = timed[-1].words[-1].end
+        seg, words = segments[index], timed[index].words
+        if words and seg.start_s < words[-1].end < seg.end_s:
+            seg.end_s = words[-1].end
+            return True
+        return False
 
     def _add_words(self, run: _Run, segments: list[Segment], encoder_output, start: int, end_frame: int,
                    language: str, advance: int, single_ending: bool) -> int:
@@ -901,7 +917,8 @@ def _no_drafts_because(opts: TranscribeOptions) -> str | None:
         return "speculation off"
     if opts.numerics == "single-row":
         return "single-row numerics"
-    return opts.generate_only()
+    ladder_ = ladder(opts.temperature)  # fallback attempts sample, and sampling drafts
+    return opts.generate_only() if all(opts.generate_only(t) for t in ladder_) else None
 
 
 def _verify_name(model, model_dir: Path) -> str:

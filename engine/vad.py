@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .cores import default_threads
 from .errors import SpecWhisperError
 from .ort_session import cpu_session_options
 
@@ -251,7 +252,7 @@ class SileroVADModel:
 
             try:
                 model = sequence_graph(self.path)
-                opts = cpu_session_options(onnxruntime, min(2, os.cpu_count() or 1), quiet=True)
+                opts = cpu_session_options(onnxruntime, default_threads(), quiet=True)
                 self._whole = onnxruntime.InferenceSession(model.SerializeToString(), opts,
                                                            providers=["CPUExecutionProvider"])
             except Exception:  # a layout the rearrangement does not know: the frame-by-frame loop serves

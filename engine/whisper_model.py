@@ -27,9 +27,11 @@ from typing import Any
 import numpy as np
 
 from .audio import SAMPLE_RATE, load_audio
+from .cores import default_threads
 from .decoding_options import check_chunk_length
 from .errors import OptionError, SpecWhisperError, UnknownOptionError, warn_caller
 from .fallback import LADDER
+from .features import N_FRAMES
 from .language_detection import feature_windows, vote_language
 from .model_store import HUB_SIZES, REGISTRY, resolve_model
 from .results import WindowResult
@@ -175,7 +177,7 @@ class WhisperModel:
                  download_root: str | None = None, local_files_only: bool = False, files: dict | None = None,
                  revision: str | None = None, use_auth_token: str | bool | None = None, **engine_options) -> None:
         """As faster-whisper's; ``engine_options`` go to ``WhisperEngine`` (``tokenmap``,
-        ``draft_model``, ``learn``, ``encoder``, ``batch_decoder``, ...). ``cpu_threads=0``: 2."""
+        ``draft_model``, ``learn``, ``encoder``, ``batch_decoder``, ...). ``cpu_threads=0``: 2 (1 where the process may use one core)."""
         if files:  # faster-whisper: model_size_or_path is then only the model's name
             from .model_store import model_from_files
 
@@ -188,7 +190,7 @@ class WhisperModel:
             compute_type = "int8" if device == "cpu" else "float16"
         engine_options = _engine_keywords(engine_options, download_root)
         self.engine = WhisperEngine(model_size_or_path, device=device, compute_type=compute_type,
-                                    threads=cpu_threads or 2, **engine_options)
+                                    threads=cpu_threads or default_threads(), **engine_options)
         self.num_workers, self.device_index = num_workers, device_index
         # faster-whisper's attributes that scripts read (``model.model.is_multilingual``,
         # ``model.feature_extractor.sampling_rate``, ...): the same values, from the engine.
@@ -240,6 +242,10 @@ class WhisperModel:
             pieces, _ = collect_chunks(waveform, speech)
             waveform = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
         options = _engine_options(fw, specwhisper_options, log_progress)
+        if speech and options.get("timestamps") == "auto" and duration > (chunk_length or N_FRAMES / 100):
+            # "auto" is Whisper's rule for the audio given, not the speech the VAD joined: a segment
+            # of joined speech without timestamps spans every silence cut between its pieces
+            options["timestamps"] = "on"
         info = TranscriptionInfo("en", 1.0, duration, waveform.size / SAMPLE_RATE, None,
                                  _recorded(fw, specwhisper_options), vad_options)
         if not waveform.size:
@@ -472,6 +478,9 @@ def _window_segments(window: WindowResult, word_timestamps: bool) -> list[Segmen
             for seg in window.segments]
 
 
+JOIN_LEAD_S = 0.5  # a segment starting this little before a join of the VAD's pieces starts at the join
+
+
 def _restore_times(segments: Iterator[Segment], speech: list[dict]) -> Iterator[Segment]:
     """Times in the speech-only audio mapped back to the original (faster-whisper's rule: a
     word's start and end in the chunk holding its middle). A segment's end is mapped in the chunk
@@ -493,6 +502,11 @@ def _restore_times(segments: Iterator[Segment], speech: list[dict]) -> Iterator[
         else:
             start_chunk = times.get_chunk_index(min(seg.end, seg.start + step))
             end_chunk = times.get_chunk_index(max(seg.start, seg.end - step))
+            joined_start = times.chunk_end_sample[end_chunk - 1] / SAMPLE_RATE if end_chunk else 0.0
+            if start_chunk < end_chunk and joined_start - seg.start <= JOIN_LEAD_S:
+                # timed a little before the join (Whisper's starts lead): the segment is the later
+                # piece's, and mapped in the earlier one it spanned the silence cut between them
+                seg.start, start_chunk = joined_start, end_chunk
             seg.start = times.get_original_time(seg.start, start_chunk)
             seg.end = times.get_original_time(seg.end, end_chunk)
         yield seg

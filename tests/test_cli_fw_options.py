@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from specwhisper.cli import main
@@ -161,6 +162,26 @@ def test_vad_on_jfk(tiny, jfk, tmp_path, words_json):
     assert all(0 <= w["start"] <= w["end"] <= data["duration_s"] for w in _words(data))
     if data["duration_after_vad_s"] == data["duration_s"]:  # the VAD kept all of it: the same decoding
         assert data["tokens"] == words_json["tokens"]
+
+
+def test_vad_over_a_long_file_decodes_with_timestamps(tiny, jfk, tmp_path):
+    """jfk, 40 s of faint noise, jfk: the VAD joined 22 s of speech, and "auto" decided on those (no
+    timestamps): one cue from 0 to 62 s over the silence, its text garbled (a helper as a user of
+    openai-whisper's CLI). "auto" is the file's length now, and the second jfk's first segment starts
+    at its speech, not at the end of the first jfk (it was timed a little before the join)."""
+    import soundfile
+
+    from specwhisper.audio import SAMPLE_RATE, load_audio
+
+    speech = load_audio(jfk)
+    noise = (np.random.default_rng(0).normal(0, 1, 40 * SAMPLE_RATE) * 1e-3).astype(np.float32)
+    path = tmp_path / "gap.wav"
+    soundfile.write(path, np.concatenate([speech, noise, speech]), SAMPLE_RATE, subtype="FLOAT")
+    data = _json_run(tiny, path, tmp_path, "--vad")
+    second = speech.size / SAMPLE_RATE + 40
+    assert data["timestamps"] and data["duration_after_vad_s"] < 30 < data["duration_s"]
+    assert all(s["end_s"] <= second + 0.5 or s["start_s"] >= second - 1.0 for s in data["segments"])
+    assert " ".join(data["text"].lower().replace(",", "").replace(".", "").split()).count(PHRASE) == 2
 
 
 @pytest.mark.parametrize("flags, where", [

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from specwhisper import WhisperEngine
 from specwhisper.audio import SAMPLE_RATE, load_audio
 from specwhisper.early_end import RESEEK_MIN_S, overlong_last_segment, restart_frame, speech_seconds_in
 
@@ -31,22 +32,28 @@ def late_boundary(shared_data) -> np.ndarray:
 
 
 @pytest.mark.parametrize("numerics", ["single-row", "batch-invariant"])
-def test_speech_after_a_segment_timed_over_the_window_is_transcribed(base_engine, late_boundary, numerics):
+def test_speech_after_a_segment_timed_over_the_window_is_transcribed(base_engine, late_boundary, numerics,
+                                                                     monkeypatch):
     """The window's one segment was timed over most of it, so no 5 s were left after it to ask
     about; its words' alignment ends it at its words (about 1.1 s), and the speech after is decoded."""
+    moved = []
+    align = WhisperEngine._end_at_last_word
+    monkeypatch.setattr(WhisperEngine, "_end_at_last_word", lambda self, *a: moved.append(align(self, *a)) or moved[-1])
     result = base_engine.transcribe(late_boundary, language="en", numerics=numerics)
     text = result.text.lower()
     assert "gothic and roman" in text
-    assert "fellow americans" in text and "quilter" in text
+    assert "fellow americans" in text and "quilter" in text  # nothing lost, whichever way it was decoded
+    if not any(moved):
+        pytest.skip("no segment was timed over its window on this CPU's numerics: the alignment was not needed")
     first = result.segments[0]
     assert "gothic" in first.text.lower() and first.end_s < 5
 
 
 def test_a_long_segment_with_few_words_is_worth_aligning():
-    assert overlong_last_segment(0.0, 28.6, 5, 30.0)  # "Gothic and Roman." over the window
-    assert not overlong_last_segment(0.0, 28.6, 60, 30.0)  # a sentence's pace
-    assert not overlong_last_segment(0.0, 4.0, 1, 30.0)  # short: restart_frame asks about the rest itself
-    assert not overlong_last_segment(0.0, 20.0, 5, 30.0)  # 10 s left after it: restart_frame's case
+    assert overlong_last_segment(0.0, 28.6, 5)  # "Gothic and Roman." over the window
+    assert overlong_last_segment(0.0, 20.0, 5)  # ... or over most of it: speech may hide before 20 s too
+    assert not overlong_last_segment(0.0, 28.6, 60)  # a sentence's pace
+    assert not overlong_last_segment(0.0, 4.0, 1)  # short: restart_frame asks about the rest itself
 
 
 @pytest.mark.parametrize("numerics", ["single-row", "batch-invariant"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -66,9 +67,10 @@ def test_numerics_choice_rules():
     assert choose_numerics("auto", True, 3, False, 9.0)[0] == "single-row"
     # the loop pays more than the calibrated curve: a window is speculated only for a clear gain
     assert choose_numerics("auto", True, 3, True, 1.05)[0] == "single-row"
+    assert choose_numerics("auto", True, 3, True, 1.2)[0] == "batch-invariant"
     # a draft length the caller fixed is taken to pay, and the reason says so (not "infx")
     assert choose_numerics("auto", True, 3, True, float("inf")) == (
-        "batch-invariant", "draft length fixed by the caller (speculation assumed to pay)")
+        "batch-invariant", "a draft-length rule that assumes speculation pays (e.g. a fixed draft length)")
 
 
 def test_a_draft_length_that_cannot_draft_is_said(tiny_engine):
@@ -78,8 +80,10 @@ def test_a_draft_length_that_cannot_draft_is_said(tiny_engine):
     for options, why in ((dict(numerics="single-row"), "single-row numerics"),
                          (dict(speculation=False), "speculation off"), (dict(beam_size=2), "beam search")):
         with pytest.warns(UserWarning, match=f"draft_len=3 has no effect: {why}"):
-            tiny_engine.transcribe(audio, draft_len=3, **options)
-    assert choose_numerics("auto", True, 3, True, 1.2)[0] == "batch-invariant"
+            tiny_engine.transcribe(audio, draft_len=3, temperature=0.0, **options)
+    with warnings.catch_warnings():  # beam search with the ladder: the fallback attempts sample, and draft
+        warnings.simplefilter("error")
+        tiny_engine.transcribe(audio, draft_len=3, beam_size=2, temperature=(0.0, 0.4))
 
 
 def test_each_window_logs_its_predicted_and_realised_speedup(base_engine, shared_data):

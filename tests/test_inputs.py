@@ -324,6 +324,9 @@ def test_option_mistakes_are_value_errors_named_before_any_work(tiny_engine, tin
     with pytest.raises(OptionError) as info:  # the flag that sets it, not a --speculation that is not there
         tiny_engine.transcribe(audio, speculation="no")
     assert info.value.where == "speculation (--no-speculation)"
+    with pytest.raises(OptionError) as info:  # no flag at all: not a --suppress-blank that is not there
+        tiny_engine.transcribe(audio, suppress_blank="no")
+    assert info.value.where == "suppress_blank (Python API)"
     per_engine = {"compute_type": "int4", "decoder_threads": "1", "threads": None, "device": "gpu",
                   "encoder": "bogus", "batch_decoder": "x", "learn": "no"}
     for name, value in per_engine.items():
@@ -445,3 +448,19 @@ def test_cli_subprocess_reports_without_traceback(tmp_path):
                            str(tmp_path / "missing-model")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "error:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_every_option_error_names_a_flag_that_exists():
+    """An option's error names the command line's flag beside the keyword: the flag must be one
+    ``specwhisper transcribe`` takes, or the keyword is said to be the Python API's only."""
+    import dataclasses
+
+    from specwhisper.cli import build_parser
+    from specwhisper.errors import option_where
+    from specwhisper.transcribe_options import TranscribeOptions
+
+    parser = build_parser().command_parsers["transcribe"]
+    flags = {flag for action in parser._actions for flag in action.option_strings}
+    for field in dataclasses.fields(TranscribeOptions):
+        named = option_where(field.name).split("(", 1)[1].rstrip(")")
+        assert named == "Python API" or set(named.split("/")) <= flags, (field.name, named)

@@ -87,3 +87,10 @@ def test_an_unknown_option_is_named_by_its_commands_usage(capsys):
     assert "specwhisper stream: error: unrecognized arguments: --tentative" in err
     # the line that says what is wrong and where to look, not 30 lines of usage before it
     assert "usage:" not in err and "see 'specwhisper stream --help'" in err and len(err.splitlines()) == 2
+    # openai-whisper's spellings: said how this command line spells them
+    with pytest.raises(SystemExit):
+        main(["transcribe", "x.wav", "--output_format", "srt", "--word_timestamps", "True"])
+    assert "spelled with hyphens (--output-format, --word-timestamps)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["transcribe", "x.wav", "--word-timestamps", "True"])
+    assert "on/off options take no value" in capsys.readouterr().err

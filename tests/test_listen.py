@@ -291,12 +291,15 @@ def test_cli_listen_json_and_txt(map_engine, domain_map, stream, tmp_path, capsy
     assert {line["audio_ctx"] for line in lines} != {3000}
     assert main(["listen", str(wav), "--audio-ctx", "wide"]) == 2 and "audio_ctx" in capsys.readouterr().err
     # a fixed draft length, as transcribe and stream take it (a helper found listen had no such flag)
-    texts = {}
-    for run in (["--draft-len", "3"], ["--no-speculation"]):
+    runs = {}
+    for run in (["--draft-len", "3"], ["--draft-len", "0"], ["--no-speculation"]):
         assert main(["listen", *common, "--energy", "--numerics", "batch-invariant", "--output-format", "json",
                      *run]) == 0
-        texts[run[0]] = [json.loads(line)["text"] for line in capsys.readouterr().out.splitlines()]
-    assert texts["--draft-len"] == texts["--no-speculation"] and len(texts["--draft-len"]) == 3
+        runs[" ".join(run)] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    texts = {name: [line["text"] for line in lines] for name, lines in runs.items()}
+    assert texts["--draft-len 3"] == texts["--draft-len 0"] == texts["--no-speculation"] and len(texts["--no-speculation"]) == 3
+    assert sum(line["drafted"] for line in runs["--draft-len 3"]) > 0  # the flag reached the decoding
+    assert sum(line["drafted"] for line in runs["--draft-len 0"]) == 0
     assert main(["listen", str(wav), "--draft-len", "17"]) == 2 and "draft_len (--draft-len)" in capsys.readouterr().err
     assert main(["listen", str(tmp_path / "missing.wav")]) == 2
     assert "not found" in capsys.readouterr().err
