@@ -32,6 +32,13 @@ def add_fw_args(t: argparse.ArgumentParser) -> None:
     g.add_argument("--hallucination-silence-threshold", type=float, default=None, metavar="S",
                    help="with --word-timestamps: skip silences longer than S seconds around a segment whose words "
                         "look hallucinated, and decode again after them (openai-whisper's and faster-whisper's rule)")
+    g.add_argument("--no-speech-threshold", type=float, default=None, metavar="P",
+                   help="skip a window whose <|nospeech|> probability is above P while its text is unlikely "
+                        "(below --log-prob-threshold): Whisper's no-speech rule, off by default (faster-whisper's "
+                        "and openai-whisper's 0.6 with -1: noise then makes no text)")
+    g.add_argument("--log-prob-threshold", type=float, default=None, metavar="L",
+                   help="decode a window again at the next temperature while its mean token log-probability is "
+                        "below L (e.g. -1), and the no-speech rule's second half; off by default")
     g.add_argument("--vad", action="store_true",
                    help="decode only the speech Silero VAD finds, joined (faster-whisper's vad_filter; needs the "
                         "[vad] extra); times are those of the original audio")
@@ -128,7 +135,7 @@ def _vad_parameters(args) -> dict | None:
 
 def _fw_kwargs(args) -> dict:
     """The CLI's decoding flags as faster-whisper's arguments, at the engine's defaults rather than
-    faster-whisper's (beam 5, best_of 5, log-prob and no-speech thresholds), so that --vad and
+    faster-whisper's (beam 5, best_of 5, log-prob and no-speech thresholds unless given), so that --vad and
     --batch-size change which audio is decoded, not how; our options go as its extra keywords."""
     from .fallback import parse_temperatures
 
@@ -136,13 +143,13 @@ def _fw_kwargs(args) -> dict:
     # (at most 30 s each) decode without timestamps, as faster-whisper's pipeline does.
     timestamps = "off" if args.batch_size is not None and args.timestamps == "auto" else args.timestamps
     return dict(language=args.language, task=args.task, beam_size=args.beam_size, best_of=1,
-                temperature=parse_temperatures(args.temperature), log_prob_threshold=None,
-                no_speech_threshold=None, condition_on_previous_text=args.condition_on_previous_text,
+                temperature=parse_temperatures(args.temperature), log_prob_threshold=args.log_prob_threshold,
+                no_speech_threshold=args.no_speech_threshold, condition_on_previous_text=args.condition_on_previous_text,
                 initial_prompt=args.initial_prompt, word_timestamps=args.word_timestamps, vad_filter=True,
                 hallucination_silence_threshold=args.hallucination_silence_threshold,
                 vad_parameters=_vad_parameters(args), numerics=args.numerics, speculation=not args.no_speculation,
                 draft_len=args.draft_len, audio_ctx=args.audio_ctx, seed=args.seed, timestamps=timestamps,
-                scores=False)  # no thresholds: no scoring pass
+                scores=False)  # scored where the thresholds need it (the engine knows)
 
 
 def transcribe_fw(model: WhisperModel, path: str, args, progress: Progress) -> FwTranscript:

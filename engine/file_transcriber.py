@@ -30,7 +30,8 @@ def check_decoding_options(args) -> CueOptions:
         args.initial_prompt = None  # an empty --initial-prompt is none (encoded, it would be a space token)
     TranscribeOptions(task=args.task, numerics=args.numerics, draft_len=args.draft_len, audio_ctx=args.audio_ctx,
                       temperature=args.temperature, seed=args.seed, timestamps=args.timestamps,
-                      beam_size=args.beam_size, word_timestamps=args.word_timestamps)
+                      beam_size=args.beam_size, word_timestamps=args.word_timestamps,
+                      no_speech_threshold=args.no_speech_threshold, log_prob_threshold=args.log_prob_threshold)
     return cues
 
 
@@ -75,6 +76,7 @@ def open_transcriber(args) -> tuple[WhisperEngine, FileTranscriber]:
                                  timestamps=args.timestamps, beam_size=args.beam_size,
                                  word_timestamps=args.word_timestamps,
                                  hallucination_silence_threshold=args.hallucination_silence_threshold,
-                                 progress=progress)
+                                 no_speech_threshold=args.no_speech_threshold,
+                                 log_prob_threshold=args.log_prob_threshold, progress=progress)
 
     return engine, transcribe_file

@@ -325,3 +325,29 @@ def test_cues_end_with_the_audio():
     srt = render(Transcript(), "srt")
     assert "00:00:40,000 --> 00:00:47,000\nb" in srt and "48,420" not in srt
     assert json.loads(render(Transcript(), "json"))["segments"][1]["end_s"] == 48.42  # the data stays Whisper's
+
+
+def test_no_speech_and_log_prob_thresholds_reach_the_decoding(tiny, jfk, tmp_path, monkeypatch, capsys):
+    """openai-whisper's and faster-whisper's no-speech rule had no flag (a helper as a user of
+    openai-whisper's CLI: noise before speech became "You're right."): both thresholds reach the
+    engine, with --vad too, and a bad value fails before the model loads."""
+    from specwhisper import WhisperEngine
+    from specwhisper.cli import build_parser
+    from specwhisper.cli_fw import _fw_kwargs
+
+    seen = {}
+    real = WhisperEngine.transcribe
+
+    def spy(self, audio, **options):
+        seen.update(options)
+        return real(self, audio, **options)
+
+    monkeypatch.setattr(WhisperEngine, "transcribe", spy)
+    assert _transcribe(tiny, jfk, tmp_path, "--no-speech-threshold", "0.6", "--log-prob-threshold", "-1") == 0
+    assert seen["no_speech_threshold"] == 0.6 and seen["log_prob_threshold"] == -1.0
+    args = build_parser().parse_args(["transcribe", str(jfk), "--vad", "--no-speech-threshold", "0.5"])
+    fw = _fw_kwargs(args)
+    assert fw["no_speech_threshold"] == 0.5 and fw["log_prob_threshold"] is None
+    monkeypatch.setattr(WhisperEngine, "__init__", lambda *a, **k: pytest.fail("loaded a model for a bad value"))
+    assert main(["transcribe", str(jfk), "--model", tiny, "--no-speech-threshold", "nan"]) == 2
+    assert "no_speech_threshold" in capsys.readouterr().err

@@ -25,7 +25,7 @@ TEXT_OPTIONS = ("model", "compute_type", "device", "language", "task", "numerics
                 "initial_prompt", "condition_on_previous_text", "audio_ctx", "temperature", "seed", "timestamps",
                 "beam_size", "word_timestamps", "vad", "vad_threshold", "vad_min_silence_ms", "batch_size",
                 "max_line_width", "max_words_per_line", "hallucination_silence_threshold", "encoder", "batch_decoder",
-                "piece_s")
+                "piece_s", "no_speech_threshold", "log_prob_threshold")
 
 
 # The options that change speed only (drafting, threads, where it runs) or say what to do with the
