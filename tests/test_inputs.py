@@ -327,7 +327,7 @@ def test_option_mistakes_are_value_errors_named_before_any_work(tiny_engine, tin
     with pytest.raises(OptionError) as info:  # no flag at all: not a --suppress-blank that is not there
         tiny_engine.transcribe(audio, suppress_blank="no")
     assert info.value.where == "suppress_blank (Python API)"
-    per_engine = {"compute_type": "int4", "decoder_threads": "1", "threads": None, "device": "gpu",
+    per_engine = {"compute_type": "int4", "decoder_threads": "1", "threads": "2", "device": "gpu",
                   "encoder": "bogus", "batch_decoder": "x", "learn": "no"}
     for name, value in per_engine.items():
         t0 = time.perf_counter()
