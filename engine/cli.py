@@ -262,21 +262,11 @@ def _say_notes_on_a_terminal():
 def _dispatch(args) -> int:
     if args.command == "transcribe":
         return _transcribe(args)
-    if args.command == "demo":
-        args.audio = [str(BUNDLED_SAMPLE)]
-        for name, value in (("language", None), ("task", "transcribe"), ("output_format", "txt"), ("output_dir", None),
-                            ("no_speculation", False), ("numerics", "auto"), ("tokenmap", None), ("draft_len", None),
-                            ("draft_model", None),
-                            ("prompt_lookup", True), ("learn", False), ("learn_save", None), ("stats", True),
-                            ("condition_on_previous_text", False), ("initial_prompt", None),
-                            ("audio_ctx", "full"), ("temperature", LADDER), ("seed", 0),
-                            ("timestamps", "auto"), ("beam_size", 1), ("word_timestamps", False),
-                            ("vad", False), ("vad_threshold", None), ("vad_min_silence_ms", None),
-                            ("batch_size", None), ("max_line_width", None), ("max_words_per_line", None),
-                            ("hallucination_silence_threshold", None),
-                            ("skip_existing", False)):
-            setattr(args, name, value)
-        return _transcribe(args)
+    if args.command == "demo":  # transcribe's own defaults (a list kept by hand missed new flags), with stats
+        demo = build_parser().command_parsers["transcribe"].parse_args([str(BUNDLED_SAMPLE), "--stats"])
+        for name, value in vars(args).items():  # the model flags demo takes
+            setattr(demo, name, value)
+        return _transcribe(demo)
     if args.command == "batch":
         return run_batch_command(args)
     if args.command == "models":

@@ -121,3 +121,11 @@ def test_a_first_load_says_once_that_it_measures_the_machine(tmp_path, monkeypat
     monkeypatch.setattr(sys, "stderr", Terminal())
     assert cli.main(["models", "path", "tiny.en"]) in (0, 2)  # main puts the logger back too
     assert (list(log.handlers), log.level, log.propagate) == before
+
+
+def test_demo_runs_with_every_flag_transcribe_has(tiny_model_dir, capsys):
+    """``specwhisper demo`` (the README's first command) kept its own list of transcribe's defaults,
+    and a new flag of transcribe ended it in an AttributeError; it takes transcribe's parser's now."""
+    assert main(["demo", "--model", str(tiny_model_dir), "--threads", "2"]) == 0
+    out = capsys.readouterr()
+    assert "kitchen" in out.out.lower() and "numerics=" in out.err
