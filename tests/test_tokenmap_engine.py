@@ -139,7 +139,9 @@ def test_learning_recalls_a_repeated_command(base_model_dir, shared_data):
     engine = WhisperEngine(base_model_dir, threads=2, learn=True, prompt_lookup=False)
     path = clips(shared_data, "car")[3]["path"]
     first = engine.transcribe(path, language="en", numerics="batch-invariant")
-    second = engine.transcribe(path, language="en", numerics="batch-invariant")
+    # K pinned at its cap: the cost model's K follows call prices measured on the machine (a busy
+    # CI box chose shorter drafts, and 4 calls)
+    second = engine.transcribe(path, language="en", numerics="batch-invariant", draft_len=16)
     assert second.tokens == first.tokens
     # The whole utterance is recalled from the prefix memory: one or two calls instead of one per token.
     assert second.stats["verify_calls"] <= 3 < first.stats["verify_calls"]
