@@ -16,7 +16,7 @@ from .cli_batch import add_batch_parser, run_batch_command
 from .cli_fw import add_fw_args
 from .cli_listen import add_listen_parser, run_listen
 from .cli_stream import add_stream_parser, run_stream
-from .cores import usable_cores
+from .cores import default_threads
 from .encoders import ENCODERS
 from .errors import SpecWhisperError
 from .fallback import LADDER
@@ -153,7 +153,7 @@ def whole_number(value: str) -> int:
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="tiny.en, base (default), a CT2 model directory, or a HF repo id")
     p.add_argument("--compute-type", default="int8", choices=COMPUTE_TYPES)
-    p.add_argument("--threads", type=whole_number, default=min(4, usable_cores()),
+    p.add_argument("--threads", type=whole_number, default=default_threads(4),
                    help="CPU threads (intra-op; default: the cores this process may use, at most 4)")
     p.add_argument("--decoder-threads", type=int, default=None,
                    help="threads of the decoder's calls (default: 1 unless --threads is clearly faster, measured once)")

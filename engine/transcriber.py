@@ -593,8 +593,7 @@ class WhisperEngine:
         """Whether a window that ended with text may be asked whether speech went on after it
         (``early_end``): with full windows only (a short encoder window is the whole clip), and not
         where ``hallucination_silence_threshold`` decided where the next window starts."""
-        return (run.ctx_frames == N_FRAMES and window.numerics != "skipped" and bool(window.segments)
-                and run.opts.hallucination_silence_threshold is None)
+        return window.numerics != "skipped" and bool(window.segments) and _early_end_applies(run)
 
     @staticmethod
     def _window_features(run: _Run, waveform: np.ndarray, mel: np.ndarray, start: int,
@@ -749,8 +748,7 @@ class WhisperEngine:
         """Whether a window's overlong last segment may be ended at its last word: where a restart
         may follow (``_may_restart``'s full windows, no ``hallucination_silence_threshold``) and in
         transcription only (English words aligned against speech in another language end anywhere)."""
-        return (run.timestamps and run.ctx_frames == N_FRAMES and run.opts.task == "transcribe"
-                and run.opts.hallucination_silence_threshold is None)
+        return run.timestamps and run.opts.task == "transcribe" and _early_end_applies(run)
 
     def _end_at_last_word(self, run: _Run, segments: list[Segment], index: int, encoder_output, start: int,
                           end_frame: int, language: str) -> bool:
@@ -758,18 +756,23 @@ class WhisperEngine:
         ``early_end``) ends where its last word does, so that ``restart_frame`` can ask whether
         speech went on after it; whether it moved. The words are aligned as ``word_timestamps``
         aligns them, and not kept."""
-        from .word_timestamps import SegmentTokens, add_word_timestamps
-
-        timed = add_word_timestamps(self.lm.model, self.tokenizer, encoder_output,
-                                    self.tokenizer.sot_sequence(language, run.opts.task, timestamps=True),
-                                    [SegmentTokens(seg.tokens, seg.start_s, seg.end_s) for seg in segments],
-                                    end_frame - start, start / 100, language, run.opts.prepend_punctuations,
-                                    run.opts.append_punctuations, last_speech_timestamp=run.last_speech)
-        seg, words = segments[index], timed[index].words
+        seg, words = segments[index], self._aligned(run, segments, encoder_output, start, end_frame, language)[index].words
         if words and seg.start_s < words[-1].end < seg.end_s:
             seg.end_s = words[-1].end
             return True
         return False
+
+    def _aligned(self, run: _Run, segments: list[Segment], encoder_output, start: int, end_frame: int,
+                 language: str) -> list:
+        """The window's segments with their words, from one cross-attention alignment of their
+        tokens (``word_timestamps``); the segments themselves are not changed."""
+        from .word_timestamps import SegmentTokens, add_word_timestamps
+
+        return add_word_timestamps(self.lm.model, self.tokenizer, encoder_output,
+                                   self.tokenizer.sot_sequence(language, run.opts.task, timestamps=True),
+                                   [SegmentTokens(seg.tokens, seg.start_s, seg.end_s) for seg in segments],
+                                   end_frame - start, start / 100, language, run.opts.prepend_punctuations,
+                                   run.opts.append_punctuations, last_speech_timestamp=run.last_speech)
 
     def _add_words(self, run: _Run, segments: list[Segment], encoder_output, start: int, end_frame: int,
                    language: str, advance: int, single_ending: bool) -> int:
@@ -777,14 +780,7 @@ class WhisperEngine:
         ``word_timestamps``); segment edges move to their words, and where the window's last
         segment was cut off the next window starts at its last word's end (faster-whisper's
         rule). Returns the frames the next window starts after this one's start."""
-        from .word_timestamps import SegmentTokens, add_word_timestamps
-
-        opts = run.opts
-        timed = add_word_timestamps(self.lm.model, self.tokenizer, encoder_output,
-                                    self.tokenizer.sot_sequence(language, opts.task, timestamps=True),
-                                    [SegmentTokens(seg.tokens, seg.start_s, seg.end_s) for seg in segments],
-                                    end_frame - start, start / 100, language, opts.prepend_punctuations,
-                                    opts.append_punctuations, last_speech_timestamp=run.last_speech)
+        timed = self._aligned(run, segments, encoder_output, start, end_frame, language)
         for seg, words in zip(segments, timed):
             seg.start_s, seg.end_s, seg.words = words.start, words.end, words.words
         ends = [seg.words[-1].end for seg in segments if seg.words]
@@ -910,6 +906,12 @@ def _tokenmap_language(tmap, tokenizer) -> str | None:
     return language
 
 
+def _early_end_applies(run: _Run) -> bool:
+    """Where ``early_end`` may move the next window's start: full windows (a short encoder window
+    is the whole clip), and not where ``hallucination_silence_threshold`` decides it."""
+    return run.ctx_frames == N_FRAMES and run.opts.hallucination_silence_threshold is None
+
+
 def _no_drafts_because(opts: TranscribeOptions) -> str | None:
     """Why options decode without drafts whatever the draft length (a fixed ``draft_len`` given
     with them did nothing and said nothing), or None."""
@@ -917,8 +919,8 @@ def _no_drafts_because(opts: TranscribeOptions) -> str | None:
         return "speculation off"
     if opts.numerics == "single-row":
         return "single-row numerics"
-    ladder_ = ladder(opts.temperature)  # fallback attempts sample, and sampling drafts
-    return opts.generate_only() if all(opts.generate_only(t) for t in ladder_) else None
+    # beam search only where no attempt of the ladder samples (sampling attempts draft)
+    return opts.generate_only() if all(opts.generate_only(t) for t in ladder(opts.temperature)) else None
 
 
 def _verify_name(model, model_dir: Path) -> str:

@@ -44,6 +44,7 @@ import json
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -128,7 +129,7 @@ def summarise(name: str, results, wall: float, audio_s: float, clips, spans, off
         "accepted": accepted, "drafted": drafted,
         "vs_offline": (sum(o["total_s"] for o in offline) / sum(dec)) if dec else None,
         "numerics": sorted({r.stats["numerics"] for r in results}),
-        "texts": [r.text for r in results], "tokens": [r.result.tokens for r in results], "results": results,
+        "texts": [r.text for r in results], "tokens": [r.result.tokens for r in results],
     }
 
 
@@ -147,7 +148,7 @@ def peer_figures(worker: PeerWorker, peer: str, engine: WhisperEngine, threads: 
             seconds.append(res["timings"]["total_s"])
             texts.append(res["text"])
     ours = [r.decode_s for r in results]
-    mapped = per_clip([_Said(t, r.start_s, r.end_s) for t, r in zip(texts, results)], spans)
+    mapped = per_clip([replace(r, text=t) for t, r in zip(texts, results)], spans)  # the peer's text in its place
     return {"peer": peer, "config": summary["config"], "commands": len(results),
             "peer_median_s": statistics.median(seconds), "ours_median_s": statistics.median(ours),
             "ratio_sum": sum(seconds) / sum(ours),
@@ -155,13 +156,6 @@ def peer_figures(worker: PeerWorker, peer: str, engine: WhisperEngine, threads: 
             "ratio_min": min(p / o for p, o in zip(seconds, ours)),
             "peer_wer_reference": wer((t, [c.text], "en") for t, c in zip(mapped, clips)),
             "ours_wer_reference": summary["wer_reference"], "peer_seconds": seconds, "peer_texts": texts}
-
-
-class _Said:
-    """A peer's text in the place of the command it transcribed (what ``per_clip`` reads)."""
-
-    def __init__(self, text: str, start_s: float, end_s: float) -> None:
-        self.text, self.start_s, self.end_s = text, start_s, end_s
 
 
 def peer_row(set_name: str, p: dict) -> str:
@@ -235,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             for clip in clips:
                 r = reference.transcribe(clip.path, speculation=False)  # full window, the map's language
                 offline.append({"text": r.text, "total_s": r.timings["total_s"]})
-            summaries, greedy_decoder_s = [], None
+            summaries, played, greedy_decoder_s = [], {}, None
             for name in args.configs.split(","):
                 engine_options, listen_options = CONFIGS[name]
                 engine = WhisperEngine(loaded=base.lm, tokenmap=tmap, **engine_options)
@@ -243,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                     results, wall = play(engine, audio, silence_s, endpointing=args.endpointing,
                                          pad_s=args.pad_ms / 1000, **complete, **listen_options)
                     label = name + ("-replay" if replay else "")
+                    played[label] = results
                     s = summarise(label, results, wall, audio_s, clips, spans, offline, greedy_decoder_s)
                     if name == "greedy":
                         greedy_decoder_s = sum(r.stats["decoder_s"] for r in results)
@@ -257,14 +252,14 @@ def main(argv: list[str] | None = None) -> int:
                 if not same:
                     raise SystemExit("speculation changed the text")
             timed = next((s for s in summaries if s["config"] == "tokenmap"), summaries[0])
-            peer_results = [peer_figures(worker, peer, base, args.threads, audio, timed, timed["results"], clips,
-                                         spans, Path(tmp)) for peer in peers]
+            peer_results = [peer_figures(worker, peer, base, args.threads, audio, timed, played[timed["config"]],
+                                         clips, spans, Path(tmp)) for peer in peers]
+            if peer_results:
+                print("| set | peer vs ours | commands | peer s/cmd median ms | ours decode median ms | peer / ours "
+                      "(sums) | median ratio | lowest ratio | WER ref % peer / ours |\n|---|---|---:|---:|---:|---:|"
+                      "---:|---:|---:|")
             for p in peer_results:
-                print(f"| set | peer vs ours | commands | peer s/cmd median ms | ours decode median ms | peer / ours "
-                      f"(sums) | median ratio | lowest ratio | WER ref % peer / ours |\n|---|---|---:|---:|---:|---:|"
-                      f"---:|---:|---:|\n{peer_row(set_name, p)}", flush=True)
-            for s in summaries:
-                del s["results"]
+                print(peer_row(set_name, p), flush=True)
             out[set_name] = {"clips": [c.rel for c in clips], "offline": offline, "audio_s": audio_s,
                              "configs": summaries, "peers": peer_results}
     if worker is not None:
