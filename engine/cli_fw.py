@@ -35,7 +35,8 @@ def add_fw_args(t: argparse.ArgumentParser) -> None:
     g.add_argument("--no-speech-threshold", type=float, default=None, metavar="P",
                    help="skip a window whose <|nospeech|> probability is above P while its text is unlikely "
                         "(below --log-prob-threshold): Whisper's no-speech rule, off by default (faster-whisper's "
-                        "and openai-whisper's 0.6 with -1: noise then makes no text)")
+                        "and openai-whisper's 0.6 with -1: noise then makes no text, but some spoken one-word clips are skipped "
+                        "too)")
     g.add_argument("--log-prob-threshold", type=float, default=None, metavar="L",
                    help="decode a window again at the next temperature while its mean token log-probability is "
                         "below L (e.g. -1), and the no-speech rule's second half; off by default")

@@ -110,12 +110,15 @@ class WindowDecoder:
         suppress = suppressed_ids(self.tokenizer, self.lm.suppress, opts.suppress_tokens)
         rules = self.rules(opts) if timestamps else None
         generate = opts.generate_only(sampler.temperature if sampler else 0.0) or numerics == "native"
-        greedy = not generate and numerics == "single-row" and timestamps and sampler is None and not forced
+        greedy = (not generate and numerics == "single-row" and (timestamps or need_scores) and sampler is None
+                  and not forced)
         if generate or greedy:
             # CT2's own loop applies the same timestamp rules (tested token for token) without
             # copying each step's logits to Python: the fastest single-row greedy, as faster-whisper's.
             # (Without timestamps the fork's 1-row steps cost what its generate does: 12.23 vs 12.18
-            # ms a token on 12 read clips, base, Xeon; they keep the prefill timed apart.)
+            # ms a token on 12 read clips, base, Xeon; they keep the prefill timed apart. Where
+            # scores are asked for, generate gives them with the tokens, where the steps would need
+            # a scoring pass afterwards: a prefill again, ~65 ms a short window.)
             model = self.lm.decoder if self.lm.has_step_api else self.lm.model
             if greedy:
                 chain.begin(context)

@@ -75,8 +75,10 @@ def test_fallback_samples_with_beam_one_under_speculation(model, jfk_path):
 
 
 def test_scores_match_ctranslate2_generate(base_model_dir, jfk_path):
-    """avg_logprob and no_speech_prob from the scoring pass equal what faster-whisper reads from
-    CTranslate2's generate for the same tokens (single-row greedy, CTranslate2's own kernels)."""
+    """avg_logprob and no_speech_prob of a single-row window are what faster-whisper reads from
+    CTranslate2's generate for the same tokens, to the last bit: such a window is decoded by
+    generate itself where scores are wanted (a scoring pass afterwards, multi-row calls, moved
+    them by 0.004 and cost a second prefill, ~60 ms a short window)."""
     from specwhisper.features import content_frames, log_mel_spectrogram, window_features
 
     model = WhisperModel(str(base_model_dir), cpu_threads=2, encoder="ct2", batch_decoder="ct2")
@@ -89,10 +91,8 @@ def test_scores_match_ctranslate2_generate(base_model_dir, jfk_path):
                                   return_scores=True, return_no_speech_prob=True)[0]
     n = len(generated.sequences_ids[0])
     assert ours.tokens == list(generated.sequences_ids[0])
-    # The scoring pass runs multi-row calls, generate 1-row steps: int8 logits differ in their last
-    # bits (0.004 here, on thresholds of -1.0).
-    assert ours.avg_logprob == pytest.approx(generated.scores[0] * n / (n + 1), abs=1e-2)
-    assert ours.no_speech_prob == pytest.approx(generated.no_speech_prob, abs=1e-3)
+    assert ours.avg_logprob == generated.scores[0] * n / (n + 1)  # faster-whisper's reading of the score
+    assert ours.no_speech_prob == generated.no_speech_prob
 
 
 def test_vad_with_parameters(model, jfk_path):
