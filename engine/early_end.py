@@ -81,10 +81,11 @@ def restart_frame(waveform: np.ndarray, window_start: int, last_segment_end_s: f
     return restart if speech_seconds_in(rest, vad_only) >= SPEECH_MIN_S else None
 
 
-def overlong_last_segment(start_s: float, end_s: float, text_tokens: int) -> bool:
-    """Whether a window's last segment (``start_s`` to ``end_s``, ``text_tokens`` of text) lasts
-    far longer than its words could (speech the model left out may hide in it, before as well as
-    after what ``restart_frame`` asks about): where its words end is worth an alignment."""
+def overlong_segment(start_s: float, end_s: float, text_tokens: int) -> bool:
+    """Whether a segment (``start_s`` to ``end_s``, ``text_tokens`` of text) lasts far longer than
+    its words could: its times are not its words' (a segment after noise starts at the window's
+    edge), and where it is a window's last, speech the model left out may hide in it, before as
+    well as after what ``restart_frame`` asks about. Worth an alignment of its words."""
     duration = end_s - start_s
     return duration >= RESEEK_MIN_S + SPEECH_MIN_S and duration >= SLOW_TOKEN_S * max(1, text_tokens)
 

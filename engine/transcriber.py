@@ -24,7 +24,7 @@ from .decoding_options import check_token_ids, seek_clips, window_prompt
 from .drafters.base import Drafter, WindowContext
 from .drafters.bigram import BigramGuesser
 from .drafters.chain import DrafterChain
-from .early_end import SILENCE_PEAK, first_sound, overlong_last_segment, restart_frame
+from .early_end import SILENCE_PEAK, first_sound, overlong_segment, restart_frame
 from .errors import OptionError, SpecWhisperError, warn_caller
 from .fallback import (
     Attempt,
@@ -717,11 +717,10 @@ class WhisperEngine:
                                       single_ending=run.timestamps and split.single_ending)
             if run.opts.hallucination_silence_threshold is not None:
                 segments, advance = self._cut_hallucinations(run, segments, start, end_frame, advance, before)
-        with_text = [i for i, seg in enumerate(segments) if seg.text.strip()]
-        last = segments[with_text[-1]] if with_text else None
-        run.aligned_end = not run.opts.word_timestamps and self._may_align_end(run) and last is not None and \
-            overlong_last_segment(last.start_s, last.end_s, sum(1 for t in last.tokens if t < eot)) and \
-            self._end_at_last_word(run, segments, with_text[-1], encoder_output, start, end_frame, language)
+        overlong = [i for i, seg in enumerate(segments) if seg.text.strip() and
+                    overlong_segment(seg.start_s, seg.end_s, sum(1 for t in seg.tokens if t < eot))]
+        run.aligned_end = bool(overlong) and not run.opts.word_timestamps and self._may_align_end(run) and \
+            self._fit_to_words(run, segments, overlong, encoder_output, start, end_frame, language)
         segments = [seg for seg in segments if seg.end_s != seg.start_s and seg.text.strip()]
         for seg in segments:
             run.previous.extend(seg.tokens)
@@ -745,19 +744,26 @@ class WhisperEngine:
 
     @staticmethod
     def _may_align_end(run: _Run) -> bool:
-        """Whether a window's overlong last segment may be ended at its last word: where a restart
-        may follow (``_may_restart``'s full windows, no ``hallucination_silence_threshold``) and in
+        """Whether a window's overlong segments may be fitted to their words: where a restart may
+        follow (``_may_restart``'s full windows, no ``hallucination_silence_threshold``) and in
         transcription only (English words aligned against speech in another language end anywhere)."""
         return run.timestamps and run.opts.task == "transcribe" and _early_end_applies(run)
 
-    def _end_at_last_word(self, run: _Run, segments: list[Segment], index: int, encoder_output, start: int,
-                          end_frame: int, language: str) -> bool:
-        """Segment ``index`` (the window's last with text, timed over most of the window:
-        ``early_end``) ends where its last word does, so that ``restart_frame`` can ask whether
-        speech went on after it; whether it moved. The words are aligned as ``word_timestamps``
-        aligns them, and not kept."""
-        seg, words = segments[index], self._aligned(run, segments, encoder_output, start, end_frame, language)[index].words
-        if words and seg.start_s < words[-1].end < seg.end_s:
+    def _fit_to_words(self, run: _Run, segments: list[Segment], overlong: list[int], encoder_output, start: int,
+                      end_frame: int, language: str) -> bool:
+        """Segments ``overlong`` (timed over far more than their words: ``early_end``) start where
+        their first word does (a subtitle after noise shows when it is said, not at the window's
+        edge) and the window's last one with text ends where its last word does, so that
+        ``restart_frame`` can ask whether speech went on after it; whether that end moved. The words
+        are aligned as ``word_timestamps`` aligns them, and not kept."""
+        timed = self._aligned(run, segments, encoder_output, start, end_frame, language)
+        for i in overlong:
+            seg, words = segments[i], timed[i].words
+            if words and seg.start_s < words[0].start < seg.end_s:
+                seg.start_s = words[0].start
+        last = max(i for i, seg in enumerate(segments) if seg.text.strip())
+        seg, words = segments[last], timed[last].words
+        if last in overlong and words and seg.start_s < words[-1].end < seg.end_s:
             seg.end_s = words[-1].end
             return True
         return False

@@ -10,7 +10,7 @@ import pytest
 
 from specwhisper import WhisperEngine
 from specwhisper.audio import SAMPLE_RATE, load_audio
-from specwhisper.early_end import RESEEK_MIN_S, overlong_last_segment, restart_frame, speech_seconds_in
+from specwhisper.early_end import RESEEK_MIN_S, overlong_segment, restart_frame, speech_seconds_in
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +35,8 @@ def test_speech_after_a_segment_timed_over_the_window_is_transcribed(base_engine
     """The window's one segment was timed over most of it, so no 5 s were left after it to ask
     about; its words' alignment ends it at its words (about 1.1 s), and the speech after is decoded."""
     moved = []
-    align = WhisperEngine._end_at_last_word
-    monkeypatch.setattr(WhisperEngine, "_end_at_last_word", lambda self, *a: moved.append(align(self, *a)) or moved[-1])
+    fit = WhisperEngine._fit_to_words
+    monkeypatch.setattr(WhisperEngine, "_fit_to_words", lambda self, *a: moved.append(fit(self, *a)) or moved[-1])
     result = base_engine.transcribe(late_boundary, language="en", numerics="batch-invariant")
     text = result.text.lower()
     assert "gothic and roman" in text
@@ -47,11 +47,22 @@ def test_speech_after_a_segment_timed_over_the_window_is_transcribed(base_engine
     assert "gothic" in first.text.lower() and first.end_s < 5
 
 
+def test_a_segment_after_noise_starts_at_its_first_word(base_engine, shared_data):
+    """25 s of room noise, then jfk: Whisper times the first segment from the window's edge
+    (0.00 to ~29.6 s, as faster-whisper does); its words' alignment starts it when it is said."""
+    speech = load_audio(shared_data / "real/audio/jfk.flac")
+    noise = np.random.default_rng(0).standard_normal(25 * SAMPLE_RATE).astype(np.float32) * 10 ** (-50 / 20)
+    result = base_engine.transcribe(np.concatenate([noise, speech]), language="en")
+    first = next(s for s in result.segments if "fellow americans" in s.text.lower())
+    assert 23.5 < first.start_s < 26.5
+    assert all(s.start_s >= 23.5 for s in result.segments)
+
+
 def test_a_long_segment_with_few_words_is_worth_aligning():
-    assert overlong_last_segment(0.0, 28.6, 5)  # "Gothic and Roman." over the window
-    assert overlong_last_segment(0.0, 20.0, 5)  # ... or over most of it: speech may hide before 20 s too
-    assert not overlong_last_segment(0.0, 28.6, 60)  # a sentence's pace
-    assert not overlong_last_segment(0.0, 4.0, 1)  # short: restart_frame asks about the rest itself
+    assert overlong_segment(0.0, 28.6, 5)  # "Gothic and Roman." over the window
+    assert overlong_segment(0.0, 20.0, 5)  # ... or over most of it: speech may hide before 20 s too
+    assert not overlong_segment(0.0, 28.6, 60)  # a sentence's pace
+    assert not overlong_segment(0.0, 4.0, 1)  # short: restart_frame asks about the rest itself
 
 
 @pytest.mark.parametrize("numerics", ["single-row", "batch-invariant"])
