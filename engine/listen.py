@@ -138,6 +138,7 @@ class CommandListener(ChunkConsumer):
         self._ready: deque[tuple[Utterance, float] | CommandResult] = deque()
         self._early: tuple[Utterance, Result, float] | None = None  # decoded before its end was known
         self._finished = False
+        self._undelivered: list[CommandResult] = []
         self.totals: dict = dict.fromkeys(("utterances", "dropped", "decode_s", "encoder_s", "decoder_s", "tokens",
                                            "decoder_calls", "drafted", "accepted", "early_used", "early_wasted",
                                            "complete_tried", "complete_ended"), 0)
@@ -152,30 +153,30 @@ class CommandListener(ChunkConsumer):
         self._input.add(chunk, where=f"CommandListener.feed (chunk at {self.time_s:.2f} s)")
         whole = self._input.pending // FRAME * FRAME
         if whole:
-            block = self._input.take(whole)
             block_end = (self._endpointer.position + whole // FRAME) * FRAME  # stream sample the feed ends at
-            for start in range(0, whole, FRAME):
-                frame = block[start:start + FRAME]
+            for _ in range(whole // FRAME):  # a frame at a time off the queue: an interrupt keeps the rest
+                frame = self._input.take(FRAME)
                 utterance = self._endpointer.push(frame, self.detector(frame))
                 if utterance is not None:
                     self._ready.append((utterance, fed_at))
                 elif self._complete is not None and self._endpointer.silent_frames() == self._complete:
                     self._end_if_complete(block_end)
         self.totals["dropped"] = self._endpointer.dropped
-        results = self._decode_ready()
+        self._decode_ready()
         self._decode_early()
-        return results
+        return self._deliver()
 
     def finish(self) -> list[CommandResult]:
-        """Decode the utterance under way, if any; the listener then takes no more audio."""
-        if self._finished:
-            return []
-        self._finished = True
-        utterance = self._endpointer.flush(self._input.take(self._input.pending))
-        self.totals["dropped"] = self._endpointer.dropped
-        if utterance is not None:
-            self._ready.append((utterance, time.perf_counter()))
-        return self._decode_ready()
+        """Decode the utterance under way, if any; the listener then takes no more audio.
+        Interrupted, it is completed by calling it again."""
+        if not self._finished:
+            self._finished = True
+            utterance = self._endpointer.flush(self._input.take(self._input.pending))
+            self.totals["dropped"] = self._endpointer.dropped
+            if utterance is not None:
+                self._ready.append((utterance, time.perf_counter()))
+        self._decode_ready()
+        return self._deliver()
 
     @property
     def buffered_s(self) -> float:
@@ -188,15 +189,21 @@ class CommandListener(ChunkConsumer):
         return self._endpointer.in_speech
 
     # -- decoding --------------------------------------------------------------------------
-    def _decode_ready(self) -> list[CommandResult]:
-        """Decode the utterances endpointed so far, in order. A decoding that raises leaves the
-        utterances after it queued (the whole block was endpointed first), for the next feed or
-        finish: an error costs one command, never the audio after it."""
-        results = []
+    def _decode_ready(self) -> None:
+        """Decode the utterances endpointed so far, in order, into what the call returns
+        (``_deliver``: with any an interrupted call decoded and did not return). A decoding that raises leaves the utterances after it
+        queued (the whole block was endpointed first), for the next feed or finish: an error costs
+        one command, never the audio after it; an interrupt (Ctrl-C) costs none, the utterance it
+        stopped stays queued."""
         while self._ready:
-            item = self._ready.popleft()
-            results += [item] if isinstance(item, CommandResult) else self._decode(*item)
-        return results
+            item = self._ready[0]
+            try:
+                decoded = [item] if isinstance(item, CommandResult) else self._decode(*item)
+            except Exception:
+                self._ready.popleft()
+                raise
+            self._ready.popleft()
+            self._undelivered += decoded
 
     def _end_if_complete(self, block_end: int) -> None:
         """``complete_s`` of silence followed the speech: decode the utterance so far, and end it

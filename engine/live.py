@@ -245,6 +245,8 @@ class LiveStream(ChunkConsumer):
         self._last_end = 0.0  # where the last closed segment ended (times never go back)
         self._word_start: dict[int, bool] = {}
         self._finished = False
+        self._final_pass_done = False
+        self._undelivered: list[LiveEvent] = []
         self._looped = False  # a short encoder window made the decoder loop on this buffer
         self._unsure = False  # the last pass looped, or its mean token log-probability was below LOW_CONFIDENCE
         self._no_speech = False  # the last pass met Whisper's no-speech rule
@@ -262,19 +264,25 @@ class LiveStream(ChunkConsumer):
             raise SpecWhisperError("this live stream is finished: feed() after finish()", where="LiveStream.feed",
                                    hint="start a new stream with engine.stream() for more audio")
         self._input.add(chunk, where=f"LiveStream.feed (chunk at {self.time_s:.2f} s)")
-        events: list[LiveEvent] = []
-        while self._input.pending >= self._step:
-            self._extend(self._input.take(self._step))
-            events += self._pass()
-        return events
+        self._run_whole_steps()
+        return self._deliver()
 
     def finish(self) -> list[LiveEvent]:
-        """Decode what is left and commit it; the stream then takes no more audio."""
-        if self._finished:
-            return []
+        """Decode what is left and commit it; the stream then takes no more audio. Interrupted, it
+        is completed by calling it again (nothing it or an interrupted ``feed`` committed is lost)."""
         self._finished = True
-        self._extend(self._input.take(self._input.pending))
-        return self._pass(final=True)
+        if not self._final_pass_done:
+            self._run_whole_steps()  # what an interrupted feed left queued, a step a pass as feed runs it
+            self._extend(self._input.take(self._input.pending))
+            self._undelivered += self._pass(final=True)
+            self._final_pass_done = True
+        return self._deliver()
+
+    def _run_whole_steps(self) -> None:
+        """One pass per whole step queued; each pass's events are kept as it ends (``_deliver``)."""
+        while self._input.pending >= self._step:
+            self._extend(self._input.take(self._step))
+            self._undelivered += self._pass()
 
     @property
     def buffer_s(self) -> float:
@@ -314,9 +322,11 @@ class LiveStream(ChunkConsumer):
             return self._decode_and_commit(final)
         rest = self._buffer[speech_end - self._offset:]
         self._buffer = self._buffer[:speech_end - self._offset]
+        try:
+            events = self._decode_and_commit(final=True)  # the buffer is empty after it, at speech_end
+        finally:  # interrupted while decoding, the buffer is as it was
+            self._buffer = np.concatenate([self._buffer, rest])
         self.totals["utterance_ends"] += not final
-        events = self._decode_and_commit(final=True)  # the buffer is empty after it, at speech_end
-        self._buffer = np.concatenate([self._buffer, rest])
         return events
 
     def _decode_and_commit(self, final: bool) -> list[LiveEvent]:

@@ -77,11 +77,20 @@ class ChunkConsumer:
 
     _input: ChunkQueue
     _finished: bool
+    # Results made but not yet returned: a call interrupted (Ctrl-C, a notebook's stop button) after
+    # some of its passes or decodings returns them from the next ``feed`` or ``finish``.
+    _undelivered: list
 
     @property
     def finished(self) -> bool:
-        """Whether ``finish()`` was called (it may still be running, where it was interrupted)."""
+        """Whether ``finish()`` was called (it may still be running, where it was interrupted:
+        calling it again completes it)."""
         return self._finished
+
+    def _deliver(self) -> list:
+        """The results made since the last call returned, handed over once."""
+        results, self._undelivered = self._undelivered, []
+        return results
 
     def feed(self, chunk) -> list:
         raise NotImplementedError

@@ -326,6 +326,38 @@ def test_a_failed_decoding_costs_one_command_not_the_audio_after_it(base_engine,
     assert [_key(r) for r in results] == [_key(r) for r in reference[1:]]
 
 
+def test_an_interrupt_costs_no_command(base_engine, stream, monkeypatch):
+    """A notebook's stop button (KeyboardInterrupt) while a block of commands is decoded: the
+    commands decoded before it and the one it stopped come with the next call (a helper lost
+    2-5 of 10 that way), and an interrupted ``finish`` is completed by calling it again."""
+    audio, truth = stream
+    reference, _ = _listen(base_engine, audio, language="en")
+    real, calls = base_engine.transcribe, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) in stops:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(base_engine, "transcribe", interrupted)
+    stops = (3,)
+    listener = base_engine.listen(language="en")
+    with pytest.raises(KeyboardInterrupt):
+        listener.feed(audio)  # every command of the stream in one block
+    assert [_key(r) for r in listener.finish()] == [_key(r) for r in reference]
+
+    stops = ()
+    listener = base_engine.listen(language="en")
+    results = listener.feed(audio[:round(truth[-1][1] * SAMPLE_RATE)])  # the last command still under way
+    calls.clear()
+    stops = (1,)  # its decoding, by finish
+    with pytest.raises(KeyboardInterrupt):
+        listener.finish()
+    results += listener.finish()  # the last one ended by finish, not by its silence: same text
+    assert [r.text for r in results] == [r.text for r in reference] and listener.finish() == []
+
+
 def test_an_utterance_is_decoded_while_its_silence_comes_in(base_engine, stream):
     """Fed in real-time-sized chunks, each command is decoded as soon as its pad is in, and that
     decoding is its result (the same audio: the same result as decoding it at the end); a command

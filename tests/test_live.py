@@ -233,6 +233,42 @@ def test_ctrl_c_in_the_stream_command_still_commits_what_was_heard(engine, share
         assert "interrupted" in capsys.readouterr().err
 
 
+def test_an_interrupted_feed_or_finish_loses_nothing_it_committed(engine, longform, monkeypatch):
+    """A notebook's stop button (KeyboardInterrupt) inside ``feed`` or ``finish``: the passes that
+    ended before it keep their commits for the next call, ``finish`` runs what the feed left a step
+    at a time, and an interrupted ``finish`` is completed by calling it again (a helper in a
+    notebook lost the JFK sentence both ways)."""
+    import specwhisper.live as live
+
+    decode, calls = live.LiveStream._decode, []
+
+    def interrupted(self, buffer):
+        calls.append(buffer.size)
+        if len(calls) in stops:
+            raise KeyboardInterrupt
+        return decode(self, buffer)
+
+    monkeypatch.setattr(live.LiveStream, "_decode", interrupted)
+    stops = (12,)  # a pass in the middle of one long feed
+    stream = engine.stream(language="en")
+    with pytest.raises(KeyboardInterrupt):
+        stream.feed(longform[:30 * SAMPLE_RATE])
+    committed = "".join(e.text for e in stream.finish() if e.kind == "commit").lower()
+    assert "fellow americans" in committed and "for your country" in committed and "quilter" in committed
+    assert max(calls) <= 16 * SAMPLE_RATE  # a step a pass (buffers of up to 15 s), not the rest at once
+
+    calls.clear()
+    stops = (1,)  # the last pass itself
+    stream = engine.stream(language="en", step_s=8.0, endpointing="off")
+    assert stream.feed(longform[:7 * SAMPLE_RATE]) == []
+    with pytest.raises(KeyboardInterrupt):
+        stream.finish()
+    committed = "".join(e.text for e in stream.finish() if e.kind == "commit").lower()
+    assert "fellow americans" in committed and stream.finish() == []
+    with pytest.raises(SpecWhisperError):
+        stream.feed(longform[:SAMPLE_RATE])
+
+
 def test_a_last_pass_that_loops_commits_only_what_the_pass_before_said(engine, longform, monkeypatch):
     """``finish()`` commits all its last pass hears, unless that pass looped or copied its prompt
     (base on half a second after the last sentence wrote the committed sentence again), or was
