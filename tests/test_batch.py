@@ -146,6 +146,17 @@ def test_cli_refuses_bad_options_before_loading_a_model(tmp_path, capsys):
     assert "cannot write to the output folder" in capsys.readouterr().err
     with pytest.raises(TypeError, match="threads_per_worker"):
         transcribe_batch([str(tmp_path / "a.flac")], str(tmp_path / "o"), threads=4)
+    # a notebook user's keywords (a helper): a typo and an on/off flag given as a string are one
+    # clear error before anything runs ("false" ran as on, or failed file by file)
+    from specwhisper.errors import OptionError, UnknownOptionError
+
+    with pytest.raises(UnknownOptionError, match="languag") as caught:
+        transcribe_batch([str(tmp_path / "a.flac")], str(tmp_path / "o"), languag="en")
+    assert "threads_per_worker" in caught.value.hint and "output_format" not in caught.value.hint
+    for flag in ("no_speculation", "vad", "condition_on_previous_text"):
+        with pytest.raises(OptionError, match=flag):
+            transcribe_batch([str(tmp_path / "a.flac")], str(tmp_path / "o"), **{flag: "false"})
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_second_job_into_a_folder_in_use_stops_at_once_naming_the_first(tmp_path, capsys):

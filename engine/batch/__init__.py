@@ -25,15 +25,22 @@ def batch_settings(**options) -> argparse.Namespace:
     """The ``batch`` command's options with these changed (``model="tiny.en"``, ``language="en"``,
     ...): the defaults are the command line's, so the API and the CLI decode alike."""
     from ..cli import build_parser
+    from ..errors import UnknownOptionError
+    from ..transcribe_options import switch
 
     settings = build_parser().parse_args(["batch", "-", "--output-dir", "-"])
     unknown = sorted(key for key in options if not hasattr(settings, key))
     if unknown:
-        valid = sorted(k for k in vars(settings) if k not in ("command", "inputs", "output_dir"))
-        raise TypeError(f"unknown option(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
+        valid = sorted({*vars(settings), "formats", "threads_per_worker"} - set(_NOT_OPTIONS))
+        raise UnknownOptionError.naming(unknown, "transcribe_batch", f"options are: {', '.join(valid)}")
     for key, value in options.items():
-        setattr(settings, key, value)
+        # an on/off flag's string ("false") is refused here, once, not run as on (or failed file by file)
+        setattr(settings, key, switch(value, key) if isinstance(getattr(settings, key), bool) else value)
     return settings
+
+
+# The command line's names that transcribe_batch takes otherwise (its own arguments) or not at all.
+_NOT_OPTIONS = ("command", "inputs", "output_dir", "threads", "output_format")
 
 
 def transcribe_batch(inputs: list[str], output_dir: str, *, formats: tuple[str, ...] = ("json",),
@@ -52,10 +59,12 @@ def transcribe_batch(inputs: list[str], output_dir: str, *, formats: tuple[str, 
     if isinstance(formats, str):  # "json,srt" as the command line takes it
         formats = tuple(fmt.strip() for fmt in formats.split(","))
     formats = tuple(fmt.lower() for fmt in formats)
-    misplaced = sorted(set(options) & {"threads", "output_format", "output_dir", "inputs", "threads_per_worker"})
+    misplaced = sorted(set(options) & {*_NOT_OPTIONS, "threads_per_worker"})
     if misplaced:
-        raise TypeError(f"{', '.join(misplaced)}: not an option of transcribe_batch (use threads_per_worker= and "
-                        "formats=)")
+        from ..errors import UnknownOptionError
+
+        raise UnknownOptionError(f"{', '.join(misplaced)}: not an option of transcribe_batch",
+                                 where="transcribe_batch", hint="use threads_per_worker= and formats=")
     settings = batch_settings(**options)
     settings.threads = threads_per_worker
     settings.piece_s = piece_s
