@@ -43,9 +43,12 @@ def load_audio(source: AudioInput, sample_rate: int | None = None) -> np.ndarray
             raise AudioError("audio bytes are empty", where="bytes input", hint="pass the contents of an audio file")
         return _decode(io.BytesIO(data), "bytes input", suffix="")
     if not isinstance(source, (str, os.PathLike)):
+        pair = isinstance(source, tuple) and len(source) == 2 and isinstance(source[1], (int, np.integer))
         raise AudioError(f"audio must be a path, bytes, a binary file object or a numpy array of samples, got "
                          f"{type(source).__name__}", where="audio",
-                         hint="pass e.g. 'talk.flac', or np.asarray(samples, dtype=np.float32) at 16 kHz")
+                         hint="pass the samples and their rate apart: transcribe(samples, sample_rate=rate)" if pair
+                         else "pass e.g. 'talk.flac', or np.asarray(samples, dtype=np.float32) at 16 kHz (or with "
+                              "sample_rate=)")
     path = check_audio_path(source)
     return _decode(path, str(path), suffix=path.suffix.lower())
 

@@ -300,11 +300,13 @@ class WhisperEngine:
         self.load_seconds = time.perf_counter() - t0
 
     # ------------------------------------------------------------------------------------------
-    def transcribe(self, audio: AudioInput, language: str | None = None, task: str = "transcribe",
-                   **options) -> Result:
-        """Transcribe ``audio`` (a path, bytes, a file object or 16 kHz samples) in one call (see
-        ``transcription`` for the language a token map sets)."""
-        stream = self.transcription(audio, language, task, short_window_retry=True, **options)
+    def transcribe(self, audio: AudioInput, language: str | None = None, task: str = "transcribe", *,
+                   sample_rate: int | None = None, **options) -> Result:
+        """Transcribe ``audio`` (a path, bytes, a file object or samples: 16 kHz, or at
+        ``sample_rate``, resampled as files are) in one call (see ``transcription`` for the language
+        a token map sets)."""
+        stream = self.transcription(audio, language, task, short_window_retry=True, sample_rate=sample_rate,
+                                    **options)
         result = stream.result()
         run = stream.run
         opts, ctx_frames = run.opts, run.ctx_frames
@@ -327,14 +329,20 @@ class WhisperEngine:
         return result
 
     def transcription(self, audio: AudioInput, language: str | None = None, task: str = "transcribe",
-                      short_window_retry: bool = False, **options) -> Transcription:
+                      short_window_retry: bool = False, *, sample_rate: int | None = None,
+                      **options) -> Transcription:
         """Start a transcription whose windows are decoded as they are iterated (the language is
         known at once: detected now where not given, on the first window, whose encoder output
         the decoding then reuses). With a token map that records a language and no ``language``
         given, decodes in the map's language (``Result.language_source`` says where it came from).
         ``short_window_retry``: the caller decodes the audio again in full context where a short
         window fails (``transcribe`` does), so a short window tries the ladder's first temperature
-        only: sampling a window that loops for want of context mostly loops again, to the token cap."""
+        only: sampling a window that loops for want of context mostly loops again, to the token cap.
+        ``sample_rate``: the rate of an array of samples (a 44.1 kHz array read as 16 kHz is
+        confident nonsense); a file or bytes say their own."""
+        if sample_rate is not None and not isinstance(audio, np.ndarray):
+            raise OptionError("sample_rate is for an array of samples: a file or bytes say their own rate",
+                              where="WhisperEngine.transcribe(sample_rate=...)", hint="leave sample_rate out")
         mapped = self._language_from_map(language, task, options)
         opts = checked_options("WhisperEngine.transcribe", language=mapped or language, task=task, **options)
         if opts.language is not None:
@@ -349,7 +357,7 @@ class WhisperEngine:
         if opts.multilingual and not self.tokenizer.multilingual:
             opts = replace(opts, multilingual=False)
         t_start = time.perf_counter()
-        waveform = load_audio(audio)
+        waveform = load_audio(audio, sample_rate)
         t_audio = time.perf_counter()
         mel = log_mel_spectrogram(waveform, n_mels=self.lm.n_mels)
         n_content = content_frames(mel)

@@ -204,6 +204,26 @@ def test_stereo_48k_works_and_matches_mono(base_engine, shared_data, tmp_path):
     assert "fellow americans" in result.text.lower()
 
 
+def test_an_array_at_another_rate_is_resampled_with_sample_rate(base_engine, shared_data, tmp_path):
+    """A notebook reads 44.1 kHz with soundfile: ``sample_rate`` resamples the array as a file at
+    that rate is resampled (without it the array is read as 16 kHz: confident nonsense)."""
+    import soxr
+
+    mono = load_audio(shared_data / "real/audio/jfk.flac")
+    stereo = np.stack([soxr.resample(mono, 16000, 44100)] * 2, axis=1)
+    path = tmp_path / "jfk44k.wav"
+    sf.write(path, stereo, 44100, subtype="FLOAT")
+    samples, rate = sf.read(path, dtype="float32")
+    from_array = base_engine.transcribe(samples, language="en", sample_rate=rate)
+    assert from_array.tokens == base_engine.transcribe(path, language="en").tokens
+    assert "fellow americans" in from_array.text.lower()
+    with pytest.raises(OptionError, match="sample_rate is for an array"):
+        base_engine.transcribe(path, language="en", sample_rate=44100)
+    with pytest.raises(AudioError) as caught:
+        base_engine.transcribe((samples, rate), language="en")
+    assert "sample_rate=rate" in caught.value.hint
+
+
 def test_tenth_of_a_second(base_engine):
     rng = np.random.default_rng(0)
     result = base_engine.transcribe((0.01 * rng.standard_normal(1600)).astype(np.float32), language="en")
