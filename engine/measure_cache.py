@@ -7,6 +7,7 @@ import functools
 import json
 import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -72,7 +73,17 @@ def measuring() -> None:
     where a measurement is about to run, not where a cached one is read."""
     if not _measuring_said.is_set():
         _measuring_said.set()
-        logging.getLogger("specwhisper").info(MEASURING_UNCACHED if _selftest_cache_path() is None else MEASURING_NOTE)
+        note = MEASURING_UNCACHED if _selftest_cache_path() is None else MEASURING_NOTE
+        log = logging.getLogger("specwhisper")
+        log.info(note)
+        if _interactive() and (log.getEffectiveLevel() > logging.INFO or not log.hasHandlers()):
+            # nothing shows an INFO note there (a notebook's 76 s of silence looked hung)
+            print(f"note: {note}", file=sys.stderr, flush=True)
+
+
+def _interactive() -> bool:
+    """A notebook or a Python prompt: a person watches, and nothing shows the logger's notes."""
+    return hasattr(sys, "ps1") or bool(sys.flags.interactive) or "ipykernel" in sys.modules
 
 
 def cache_get(key: str):

@@ -103,6 +103,14 @@ def test_a_first_load_says_once_that_it_measures_the_machine(tmp_path, monkeypat
         measure_cache.measuring()
         measure_cache.measuring()
     assert [r.getMessage() for r in caplog.records] == [measure_cache.MEASURING_NOTE]
+    # a notebook or a Python prompt, where no handler shows the logger's notes: said on stderr
+    monkeypatch.setattr(measure_cache, "_measuring_said", threading.Event())
+    monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)
+    said = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", said)
+    measure_cache.measuring()
+    assert said.getvalue() == f"note: {measure_cache.MEASURING_NOTE}\n"
+    monkeypatch.delattr(sys, "ps1")
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
