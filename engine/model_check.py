@@ -16,18 +16,32 @@ from .errors import ModelError
 HINT = "re-download or re-convert the model"
 
 
+def repair_hint(model_dir: Path) -> str:
+    """What mends a damaged model folder: for the model store's own (``<name>`` or its int8 copy),
+    ``models pull``, which makes an int8 copy again without a network."""
+    from .model_store import REGISTRY, models_dir
+
+    name = model_dir.name.removesuffix("-int8")
+    if name in REGISTRY and model_dir.parent.resolve() == models_dir().resolve():
+        return f"run: specwhisper models pull {name} (it repairs the model store's copy)"
+    return HINT
+
+
 def check_against_weights(model_dir: Path, vocab_size: int, alignment_heads: list) -> None:
     """Refuse a vocabulary larger than the decoder's output layer and alignment heads outside its
     layers and heads."""
     from specwhisper.converters.ct2_bin import ModelBinReader
 
-    with ModelBinReader(model_dir / "model.bin") as reader:
-        variables = {v.name: v for v in reader.index.variables}
-        layers = 1 + max((int(m.group(1)) for name in variables if (m := re.match(r"decoder/layer_(\d+)/", name))),
-                         default=-1)
-        embeddings = variables.get("decoder/embeddings/weight")
-        heads_info = variables.get("decoder/num_heads")
-        heads = int(reader.array(heads_info)) if heads_info is not None else None
+    try:
+        with ModelBinReader(model_dir / "model.bin") as reader:
+            variables = {v.name: v for v in reader.index.variables}
+            layers = 1 + max((int(m.group(1)) for name in variables
+                              if (m := re.match(r"decoder/layer_(\d+)/", name))), default=-1)
+            embeddings = variables.get("decoder/embeddings/weight")
+            heads_info = variables.get("decoder/num_heads")
+            heads = int(reader.array(heads_info)) if heads_info is not None else None
+    except ModelError as exc:  # a damaged model.bin: a model of the store is repaired by a pull, offline too
+        raise ModelError(exc.what, where=exc.where, hint=repair_hint(model_dir)) from None
     if embeddings is not None and vocab_size > embeddings.shape[0]:
         raise ModelError(f"the vocabulary has {vocab_size} entries but the weights only {embeddings.shape[0]}",
                          where=str(model_dir), hint=HINT)

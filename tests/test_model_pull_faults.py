@@ -172,6 +172,20 @@ def test_repairing_offline_keeps_the_int8_copy_and_no_copy_is_made_of_damaged_we
     assert model_store.verify("fake") == served[1].model_sha256 and model_store.int8_copy("fake") == copy
 
 
+def test_a_truncated_model_of_the_store_names_the_pull_that_repairs_it(store, served):
+    """Loading a store model whose int8 copy was cut short said "re-download or re-convert the
+    model"; a pull makes the copy again, offline too."""
+    from specwhisper.model_check import check_against_weights
+
+    model_store.pull("fake", quiet=True)
+    copy = model_store.int8_copy("fake")
+    with (copy / "model.bin").open("r+b") as fh:
+        fh.truncate((copy / "model.bin").stat().st_size // 3)
+    with pytest.raises(ModelError, match="truncated") as caught:
+        check_against_weights(copy, 51864, [])
+    assert "specwhisper models pull fake" in caught.value.hint
+
+
 def test_a_repair_that_cannot_write_says_so(store, served, capsys, monkeypatch):
     """A read-only cache: ``models pull`` said "repaired" and exited 0 with the damaged int8 copy
     still in place (its removal ignored errors)."""
