@@ -163,6 +163,7 @@ class LoadedModel:
                              hint="use --device cpu, or install a CUDA build of CTranslate2 and the NVIDIA driver")
         t0 = time.perf_counter()
         self._requested_compute_type = compute_type
+        self._fingerprint: str | None = None
         self.model = self._load(threads)
         self.compute_type = self.model.compute_type
         self.n_mels = int(getattr(self.model, "n_mels", 80))
@@ -548,7 +549,6 @@ class LoadedModel:
         of them, so the invariant decoder's checks leave them out): what a measurement depends on."""
         import ctranslate2
 
-        stat = (self.model_dir / "model.bin").stat()
         cpu = platform.processor() or platform.machine()
         try:
             with open("/proc/cpuinfo", encoding="utf-8") as fh:
@@ -557,8 +557,26 @@ class LoadedModel:
             pass
         thread_part = f"{self.threads}/{self.decoder_threads}" if threads else "-"
         return "|".join(str(p) for p in (ctranslate2.__version__, cpu, self.device, self.compute_type, thread_part,
-                                         self.model_dir.resolve(), stat.st_size, int(stat.st_mtime),
-                                         kernel_env() if kernels else "-"))
+                                         self._model_fingerprint, kernel_env() if kernels else "-"))
+
+    @property
+    def _model_fingerprint(self) -> str:
+        """Which weights these are, wherever they lie: model.bin's size and a hash of its first and
+        last MiB (its header and layer names, its first and last weights). The folder's path was
+        the key: a cache measured in advance and mounted at another path measured again at every
+        start where it could not be written (a helper deploying read-only caches to a fleet)."""
+        if self._fingerprint is None:
+            import hashlib
+
+            path = self.model_dir / "model.bin"
+            size = path.stat().st_size
+            digest = hashlib.sha256()
+            with open(path, "rb") as fh:
+                digest.update(fh.read(1 << 20))
+                fh.seek(max(0, size - (1 << 20)))
+                digest.update(fh.read(1 << 20))
+            self._fingerprint = f"{size}:{digest.hexdigest()[:16]}"
+        return self._fingerprint
 
     def _selftest_runner(self, encoder_frames: int, model, speech: bool = False, full: bool = False,
                          lead: int = 0):

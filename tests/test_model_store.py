@@ -122,3 +122,20 @@ def test_an_unwritable_measurement_cache_is_said_once_at_the_callers_line(tmp_pa
             measure_cache.cache_put(key, 1)
     assert len(caught) == 1 and "cannot write the self-test cache" in str(caught[0].message)
     assert caught[0].filename == __file__
+
+
+def test_measurements_follow_the_weights_not_their_folder(tiny_model_dir, base_model_dir, tmp_path):
+    """The machine measurements were keyed by the model folder's path: a cache measured in
+    advance and mounted elsewhere (a fleet's read-only image) measured again at every start."""
+    import shutil
+    from types import SimpleNamespace
+
+    from specwhisper.backend import LoadedModel
+
+    def fingerprint(folder):
+        return LoadedModel._model_fingerprint.fget(SimpleNamespace(model_dir=folder, _fingerprint=None))
+
+    moved = tmp_path / "elsewhere" / tiny_model_dir.name
+    moved.mkdir(parents=True)
+    shutil.copyfile(tiny_model_dir / "model.bin", moved / "model.bin")  # a plain copy: a new mtime too
+    assert fingerprint(moved) == fingerprint(tiny_model_dir) != fingerprint(base_model_dir)
