@@ -6,6 +6,7 @@ model) touch CTranslate2 objects.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -128,6 +129,24 @@ class SelfTestResult:
         return f"bitwise: CTranslate2 kernels, calls of {self.row_floor}..{self.row_ceiling} rows"
 
 
+def model_fingerprint(model_dir: Path) -> str:
+    """Which weights a model folder holds, wherever it lies: model.bin's size and a hash of its
+    first and last MiB (its header and layer names, its first and last weights): what keys the
+    machine measurements. The folder's path did: a cache measured in advance and mounted at
+    another path measured again at every start where it could not be written (a helper deploying
+    read-only caches to a fleet)."""
+    import hashlib
+
+    path = model_dir / "model.bin"
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        digest.update(fh.read(1 << 20))
+        fh.seek(max(0, size - (1 << 20)))
+        digest.update(fh.read(1 << 20))
+    return f"{size}:{digest.hexdigest()[:16]}"
+
+
 class LoadedModel:
     """A CT2 Whisper model plus what the decoding loop needs to know about it."""
 
@@ -163,7 +182,6 @@ class LoadedModel:
                              hint="use --device cpu, or install a CUDA build of CTranslate2 and the NVIDIA driver")
         t0 = time.perf_counter()
         self._requested_compute_type = compute_type
-        self._fingerprint: str | None = None
         self.model = self._load(threads)
         self.compute_type = self.model.compute_type
         self.n_mels = int(getattr(self.model, "n_mels", 80))
@@ -559,24 +577,9 @@ class LoadedModel:
         return "|".join(str(p) for p in (ctranslate2.__version__, cpu, self.device, self.compute_type, thread_part,
                                          self._model_fingerprint, kernel_env() if kernels else "-"))
 
-    @property
+    @functools.cached_property
     def _model_fingerprint(self) -> str:
-        """Which weights these are, wherever they lie: model.bin's size and a hash of its first and
-        last MiB (its header and layer names, its first and last weights). The folder's path was
-        the key: a cache measured in advance and mounted at another path measured again at every
-        start where it could not be written (a helper deploying read-only caches to a fleet)."""
-        if self._fingerprint is None:
-            import hashlib
-
-            path = self.model_dir / "model.bin"
-            size = path.stat().st_size
-            digest = hashlib.sha256()
-            with open(path, "rb") as fh:
-                digest.update(fh.read(1 << 20))
-                fh.seek(max(0, size - (1 << 20)))
-                digest.update(fh.read(1 << 20))
-            self._fingerprint = f"{size}:{digest.hexdigest()[:16]}"
-        return self._fingerprint
+        return model_fingerprint(self.model_dir)
 
     def _selftest_runner(self, encoder_frames: int, model, speech: bool = False, full: bool = False,
                          lead: int = 0):

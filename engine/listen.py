@@ -191,10 +191,10 @@ class CommandListener(ChunkConsumer):
     # -- decoding --------------------------------------------------------------------------
     def _decode_ready(self) -> None:
         """Decode the utterances endpointed so far, in order, into what the call returns
-        (``_deliver``: with any an interrupted call decoded and did not return). A decoding that raises leaves the utterances after it
-        queued (the whole block was endpointed first), for the next feed or finish: an error costs
-        one command, never the audio after it; an interrupt (Ctrl-C) costs none, the utterance it
-        stopped stays queued."""
+        (``_deliver``: with any an interrupted call decoded and did not return). A decoding that
+        raises leaves the utterances after it queued (the whole block was endpointed first), for
+        the next feed or finish: an error costs one command, never the audio after it; an
+        interrupt (Ctrl-C) costs none, the utterance it stopped stays queued."""
         while self._ready:
             item = self._ready[0]
             try:

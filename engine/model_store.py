@@ -441,12 +441,13 @@ _OFFLINE_HINT = ("check the network / package index; on a machine without one, r
 def _pip_failure(output: str) -> str:
     """What went wrong, from pip's output: the index unreachable (and why), or pip's own last error."""
     lines = output.strip().splitlines()
+    no_index = os.environ.get("PIP_NO_INDEX", "").lower() not in ("", "0", "false", "no", "off")
     unreachable = next((ln for ln in lines if any(mark in ln for mark in _UNREACHABLE)), None)
     if unreachable is not None:
         why = next((mark for mark in _UNREACHABLE if mark in unreachable), "")
-        no_index = " (PIP_NO_INDEX is set: no index is asked)" if os.environ.get("PIP_NO_INDEX") else ""
-        return f"the package index could not be reached ({why}; pip's proxy and index settings apply){no_index}"
-    if os.environ.get("PIP_NO_INDEX", "").lower() not in ("", "0", "false", "no", "off"):
+        return (f"the package index could not be reached ({why}; pip's proxy and index settings apply)"
+                + (" (PIP_NO_INDEX is set: no index is asked)" if no_index else ""))
+    if no_index:
         return "PIP_NO_INDEX is set, so pip asks no index (and PIP_FIND_LINKS holds no such wheel)"
     errors = [ln.removeprefix("ERROR:").strip() for ln in lines if ln.startswith("ERROR:")]
     said = errors[-1] if errors else " ".join(lines[-2:])  # pip's own error, not its retry log

@@ -128,12 +128,8 @@ def test_measurements_follow_the_weights_not_their_folder(tiny_model_dir, base_m
     """The machine measurements were keyed by the model folder's path: a cache measured in
     advance and mounted elsewhere (a fleet's read-only image) measured again at every start."""
     import shutil
-    from types import SimpleNamespace
 
-    from specwhisper.backend import LoadedModel
-
-    def fingerprint(folder):
-        return LoadedModel._model_fingerprint.fget(SimpleNamespace(model_dir=folder, _fingerprint=None))
+    from specwhisper.backend import model_fingerprint as fingerprint
 
     moved = tmp_path / "elsewhere" / tiny_model_dir.name
     moved.mkdir(parents=True)

@@ -13,7 +13,7 @@ import argparse
 import os
 from typing import TextIO
 
-from ..errors import SpecWhisperError
+from ..errors import SpecWhisperError, UnknownOptionError
 from .inputs import BatchItem
 from .job import BatchReport, run_batch
 from .worker import Outcome
@@ -25,7 +25,6 @@ def batch_settings(**options) -> argparse.Namespace:
     """The ``batch`` command's options with these changed (``model="tiny.en"``, ``language="en"``,
     ...): the defaults are the command line's, so the API and the CLI decode alike."""
     from ..cli import build_parser
-    from ..errors import UnknownOptionError
     from ..transcribe_options import switch
 
     settings = build_parser().parse_args(["batch", "-", "--output-dir", "-"])
@@ -61,8 +60,6 @@ def transcribe_batch(inputs: list[str], output_dir: str, *, formats: tuple[str, 
     formats = tuple(fmt.lower() for fmt in formats)
     misplaced = sorted(set(options) & {*_NOT_OPTIONS, "threads_per_worker"})
     if misplaced:
-        from ..errors import UnknownOptionError
-
         raise UnknownOptionError(f"{', '.join(misplaced)}: not an option of transcribe_batch",
                                  where="transcribe_batch", hint="use threads_per_worker= and formats=")
     settings = batch_settings(**options)
