@@ -34,7 +34,7 @@ def run_doctor(model: str | None, compute_type: str, threads: int, batch_decoder
           f"quota); threads default to them, at most 4 on the command line and 2 in Python")
     print(f"kernel settings (part of the numerics; read once per process): {kernel_env()}")
     print(f"encoder backends: {_graph_backends_line()}")
-    print(f"model cache: {model_store.models_dir()}")
+    print(f"model cache: {model_store.models_dir()} ({_cache_state(model_store.models_dir())})")
     for entry in model_store.list_models():
         print(f"  {entry['name']:<8} {'cached' if entry['pulled'] else 'not pulled'}")
     if model is not None and step:
@@ -64,6 +64,28 @@ def run_doctor(model: str | None, compute_type: str, threads: int, batch_decoder
               f"{result.seconds:.2f} s")
         print(json.dumps(result.max_abs_diff_by_rows, indent=1))
     return 0
+
+
+def _cache_state(folder) -> str:
+    """Whether the model cache can be written, probed as a pull would (a temporary file in it or
+    in the nearest folder above that exists): a read-only image or a full disk otherwise shows
+    first as a failed pull, or as measurements made again at every start."""
+    from pathlib import Path
+
+    from .io_utils import probe_folder
+    from .measure_cache import writable_measurement_cache
+
+    existing = next(p for p in (Path(folder), *Path(folder).parents) if p.exists())
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(f"{existing} is a file")
+        probe_folder(existing)
+    except OSError as exc:
+        kept = writable_measurement_cache()
+        where = f"kept in {kept}" if kept else "measured again at every start"
+        return (f"CANNOT BE WRITTEN ({exc.strerror or exc}): models cannot be pulled into it; this machine's "
+                f"measurements are {where}; point SPECWHISPER_CACHE at a writable folder to pull")
+    return "writable"
 
 
 def _graph_backends_line() -> str:

@@ -87,7 +87,7 @@ class CommandResult:
 class CommandListener(ChunkConsumer):
     """Command mode (see module docstring); made by ``WhisperEngine.listen()``.
 
-    ``feed(chunk)`` takes float32 16 kHz mono samples (a 1-D numpy array; int16 arrays and int16
+    ``feed(chunk)`` takes 16 kHz mono float samples (a 1-D numpy array, float64 converted; int16 arrays and int16
     little-endian PCM bytes too) and returns the results of the utterances it completed;
     ``finish()`` decodes the utterance under way, if any; ``events(chunks)`` does both for an
     iterable of chunks. A refused chunk raises ``AudioError`` and leaves the listener as it was.

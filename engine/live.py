@@ -178,7 +178,7 @@ def check_gate_options(endpointing: str = "auto", silence_s: float = SILENCE_S, 
 class LiveStream(ChunkConsumer):
     """A live transcription (see module docstring); made by ``WhisperEngine.stream()``.
 
-    ``feed(chunk)`` takes float32 16 kHz mono samples (a 1-D numpy array; int16 arrays and int16
+    ``feed(chunk)`` takes 16 kHz mono float samples (a 1-D numpy array, float64 converted; int16 arrays and int16
     little-endian PCM bytes too) and returns the events the passes it completed produced;
     ``finish()`` decodes what is left, commits it (see the module docstring for a last pass that
     loops) and returns the last events; ``events(chunks)``

@@ -27,8 +27,8 @@ class ChunkQueue:
         self._leftover = b""  # an odd byte of int16 PCM, completed by the next chunk
 
     def add(self, chunk, where: str) -> None:
-        """Queue a chunk (float32 or int16 mono numpy, or int16 little-endian PCM bytes); raises
-        ``AudioError`` for anything else, keeping nothing of it."""
+        """Queue a chunk (mono numpy of floats in [-1, 1], float64 converted to float32, or of int16;
+        int16 little-endian PCM bytes); raises ``AudioError`` for anything else, keeping nothing of it."""
         samples = self._samples(chunk, where)
         if samples.size:
             self._pending.append(samples)
@@ -61,14 +61,17 @@ class ChunkQueue:
                                   "chunk.mean(axis=0) for (channels, samples)")
         if chunk.dtype == np.int16:
             return chunk.astype(np.float32) / 32768.0
-        if chunk.dtype != np.float32:
-            raise AudioError(f"audio chunk has dtype {chunk.dtype}: a live stream takes float32 samples", where=where,
-                             hint="convert with chunk.astype(np.float32) (floats in [-1, 1]), or pass int16 PCM")
+        if chunk.dtype.kind != "f":
+            raise AudioError(f"audio chunk has dtype {chunk.dtype}: a live stream takes float samples in [-1, 1] "
+                             "or int16 PCM", where=where,
+                             hint="convert with chunk.astype(np.float32) / 32768 for 16-bit integers, "
+                                  "/ 2**31 for 32-bit ones")
         if not np.isfinite(chunk).all():
             raise AudioError("audio chunk contains NaN or infinite samples", where=where,
                              hint="check the producer of the audio; the chunk was not added to the stream")
         check_float_range(chunk, where)
-        return chunk.copy()
+        # float64 is what soundfile.read and most DSP code hand over: converted, not refused
+        return chunk.astype(np.float32)  # a copy, also of float32: the caller may reuse its buffer
 
 
 class ChunkConsumer:

@@ -60,6 +60,20 @@ def _cache_paths() -> list[Path]:
     return [primary] if fallback == primary else [primary, fallback]
 
 
+def writable_measurement_cache() -> Path | None:
+    """The first of ``_cache_paths`` whose folder takes a file (what ``cache_put`` would write), or
+    None where none does or the cache is off (``doctor`` says where measurements go)."""
+    from .io_utils import probe_folder
+
+    for cache in _cache_paths():
+        try:
+            probe_folder(cache.parent)
+            return cache
+        except OSError:
+            continue
+    return None
+
+
 MEASURING_NOTE = ("measuring this machine for this model and its settings (self-test, call costs, encoder and "
                   "thread choice): about 20-40 s, once; later runs read the results")
 MEASURING_UNCACHED = ("measuring this machine for this model and its settings (self-test, call costs, encoder and "

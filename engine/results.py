@@ -11,6 +11,12 @@ from dataclasses import dataclass, field
 from .features import N_FRAMES
 
 
+def _short(text: str, limit: int = 60) -> str:
+    """``text`` quoted, cut to ``limit`` characters: a repr is read at a prompt, not parsed."""
+    text = text.strip()
+    return repr(text if len(text) <= limit else text[:limit - 3] + "...")
+
+
 @dataclass
 class Segment:
     """A stretch of speech and its text: a timestamped segment, or a whole window without timestamps.
@@ -19,8 +25,8 @@ class Segment:
     start_s: float
     end_s: float
     text: str
-    tokens: list[int] = field(default_factory=list)
-    words: list | None = None
+    tokens: list[int] = field(default_factory=list, repr=False)
+    words: list | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict:
         """The segment in JSON; ``words`` (faster-whisper's fields) only where word timings were
@@ -50,6 +56,11 @@ class WindowResult:
     no_speech_prob: float | None = None
     compression_ratio: float = 0.0
     seek: int = 0  # the 10 ms frame the window started at
+
+    def __repr__(self) -> str:
+        # the dataclass's own repr prints every token and statistic: 3-23 KB at a notebook's prompt
+        return (f"WindowResult({self.start_s:.2f}-{self.end_s:.2f} s, text={_short(self.text)}, "
+                f"tokens={len(self.tokens)}, segments={len(self.segments)}, numerics={self.numerics!r})")
 
 
 @dataclass
@@ -89,6 +100,14 @@ class Result:
     @property
     def segments(self) -> list[Segment]:
         return [s for w in self.windows for s in w.segments]
+
+    def __repr__(self) -> str:
+        # what a notebook user reads first; everything else is in the fields and ``to_dict()``
+        total = self.timings.get("total_s")
+        took = f", total_s={total:.2f}" if total is not None else ""
+        return (f"Result(text={_short(self.text)}, language={self.language!r}, duration_s={self.duration_s:.2f}, "
+                f"windows={len(self.windows)}, segments={len(self.segments)}, numerics={self.numerics!r}, "
+                f"encoder={self.encoder!r}{took})")
 
     def to_dict(self) -> dict:
         return {

@@ -25,6 +25,10 @@ def test_result_fields_and_timings(base_engine, shared_data):
     assert t["total_s"] >= t["features_s"] + t["encoder_s"] + t["decoder_s"] - 1e-6
     assert result.stats["tokens"] == len(result.tokens) + 1  # + EOT
     assert result.row_floor == base_engine.row_floor
+    # a notebook shows the repr: a line of what was said and how, not every token (it was 3-23 KB)
+    shown = repr(result)
+    assert len(shown) < 300 and "And so my fellow Americans" in shown and "language='en'" in shown
+    assert len(repr(result.windows[0])) < 200 and "tokens=" in repr(result.windows[0])
 
 
 def test_batch_size_with_timestamps_says_it_does_nothing(base_engine, shared_data):

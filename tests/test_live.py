@@ -124,7 +124,7 @@ def test_a_pass_that_copies_its_prompt_is_found():
 def test_bad_input_gives_clear_errors(engine):
     stream = engine.stream("en")
     audio = np.zeros(1600, np.float32)
-    cases = [(audio.astype(np.float64), "dtype float64"), (np.zeros((1600, 2), np.float32), "mono"),
+    cases = [(audio.astype(np.int32), "dtype int32"), (np.zeros((1600, 2), np.float32), "mono"),
              (np.full(1600, np.nan, np.float32), "NaN"), ([0.0] * 10, "type list")]
     for chunk, what in cases:
         with pytest.raises(AudioError) as info:
@@ -132,9 +132,10 @@ def test_bad_input_gives_clear_errors(engine):
         assert what in info.value.what and info.value.where.startswith("LiveStream.feed") and info.value.hint
     assert stream.time_s == 0  # refused chunks leave the stream as it was ...
     stream.feed(audio)
+    stream.feed(audio[:400].astype(np.float64))  # what soundfile.read gives: converted
     stream.feed(np.zeros(800, np.int16))
     stream.feed(b"\x00\x00\x00")  # ... int16 PCM bytes, an odd byte kept for the next chunk
-    assert stream.time_s == (1600 + 800 + 1) / SAMPLE_RATE
+    assert stream.time_s == (1600 + 400 + 800 + 1) / SAMPLE_RATE
     assert stream.finish() == [] and stream.finish() == []
     with pytest.raises(SpecWhisperError, match="finished") as info:
         stream.feed(audio)

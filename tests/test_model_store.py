@@ -58,6 +58,10 @@ def test_hub_id_without_network(monkeypatch, tmp_path):
 def test_unknown_name():
     with pytest.raises(ModelError, match="unknown model"):
         model_store.resolve_model("large-v9")
+    # the int8 copy's folder name, seen in the cache: the model's own name is meant
+    with pytest.raises(ModelError, match="unknown model") as info:
+        model_store.resolve_model("base-int8")
+    assert "int8 copy of 'base'" in info.value.hint and "--model base" in info.value.hint
 
 
 def test_a_cache_that_cannot_be_written_is_a_clear_error_and_keeps_measurements_elsewhere(tmp_path, monkeypatch,
@@ -81,6 +85,9 @@ def test_a_cache_that_cannot_be_written_is_a_clear_error_and_keeps_measurements_
     cache_put("probe|key", 17)
     assert cache_get("probe|key") == 17  # read back at the next load
     assert '"probe|key": 17' in (tmp_path / "xdg" / "specwhisper" / "selftest.json").read_text()
+    assert main(["doctor"]) == 0  # says so before a pull fails, and where measurements go instead
+    said = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("model cache:"))
+    assert "CANNOT BE WRITTEN" in said and "a-file is a file" in said and str(tmp_path / "xdg") in said
 
 
 def test_a_missing_folder_and_an_unpulled_hub_model_are_said_as_such(tmp_path, monkeypatch, capsys):
