@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,39 +24,37 @@ from .decoding_options import check_token_ids, seek_clips, window_prompt
 from .drafters.base import Drafter, WindowContext
 from .drafters.bigram import BigramGuesser
 from .drafters.chain import DrafterChain
-from .early_end import SILENCE_PEAK, first_sound, overlong_segment, restart_frame
+from .early_end import SILENCE_PEAK, first_sound, restart_frame
 from .errors import OptionError, SpecWhisperError, warn_caller
 from .fallback import (
     Attempt,
     ladder,
 )
 from .features import (
-    FRAMES_PER_SECOND,
     N_FRAMES,
     content_frames,
     log_mel_spectrogram,
     short_window_features,
     window_features,
 )
-from .hallucination import cut_hallucinations
 from .language_detection import vote_language
 from .model_store import resolve_model
 from .pipeline import EncoderAhead
 from .policy import (
-    AdaptiveDraftLength,
     FixedDraftLength,
     NoDrafts,
     VerifyCost,
     default_policy,
     realised_speedup,
 )
-from .results import Result, Segment, WindowResult
+from .results import Result, WindowResult
+from .run_state import RunState
 from .stats import DecodeStats
-from .timestamps import split_window
 from .tokenizer import language_code
 from .transcribe_options import TranscribeOptions, check_engine_options, checked_options
 from .window_decode import WindowDecoder, WindowJob
 from .window_numerics import WindowNumerics
+from .window_segments import WindowSegments, early_end_applies
 
 if TYPE_CHECKING:
     from specwhisper.tokenmap import TokenMap
@@ -110,47 +108,13 @@ def _options_dict(opts: TranscribeOptions) -> dict:
     return d
 
 
-@dataclass
-class _Run:
-    """The state of one ``transcribe`` call as its windows go by."""
-
-    opts: TranscribeOptions
-    ctx_frames: int
-    chain: DrafterChain
-    policy: AdaptiveDraftLength | FixedDraftLength
-    language: str | None
-    initial: list[int]
-    guesser: BigramGuesser
-    language_source: str = "given"  # see ``Result.language_source``
-    retry_ladder: tuple[float, ...] = ()  # a short window's ladder, kept for its decoding in full (``transcribe``)
-    timestamps: bool = False
-    language_prob: float = 1.0
-    language_probs: list[tuple[str, float]] | None = None
-    first_encoded: tuple | None = None  # (start, end frame, encoder output, seconds): language detection's
-    previous: list[int] = field(default_factory=list)
-    reset_since: int = 0  # where the prompt's previous text starts in initial + previous
-    last_speech: float = 0.0  # the end of the last word timed (seconds)
-    n_content: int = 0  # frames of the recording
-    dropped: bool = False  # the window just decoded was dropped as a hallucination over silence
-    tail: list[int] = field(default_factory=list)  # the last window's incomplete segment (drafting only)
-    aligned_end: bool = False  # the last window's last segment was ended at its last word (``early_end``)
-    cpu_free: Callable[[], bool] | None = None  # whether nothing runs beside the decoder now (encoder ahead, draft model)
-    lockstep: dict | None = None  # windows decoded in lockstep: slots, step-graph calls, rows fed
-    tokens: list[int] = field(default_factory=list)
-    windows: list[WindowResult] = field(default_factory=list)
-    stats: DecodeStats = field(default_factory=DecodeStats)
-    timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
-        ("load_s", "audio_s", "features_s", "encoder_s", "encoder_hidden_s", "language_s", "prefill_s", "decoder_s"),
-        0.0))
-
-
 class Transcription:
     """A transcription under way: its language at once, its windows as they are decoded.
 
     Iterating decodes the next window (faster-whisper's lazy segments); ``result()`` decodes the
     rest and returns the whole ``Result``."""
 
-    def __init__(self, engine: WhisperEngine, run: _Run, waveform: np.ndarray, windows: Iterator[WindowResult],
+    def __init__(self, engine: WhisperEngine, run: RunState, waveform: np.ndarray, windows: Iterator[WindowResult],
                  t_start: float) -> None:
         self.engine, self.run, self.waveform = engine, run, waveform
         self._windows, self._t_start = windows, t_start
@@ -271,6 +235,7 @@ class WhisperEngine:
 
             self.drafters.append(PromptLookupDrafter())
         self.window_decoder = WindowDecoder(self.lm, self.tokenmap_drafter)
+        self.window_segments = WindowSegments(self.lm)
         self.draft_drafter = None
         if draft_model is not None and self.row_floor is not None:
             from .drafters.draft_model import open_draft_drafter
@@ -376,7 +341,7 @@ class WhisperEngine:
             from .drafters.previous_pass import PreviousPassDrafter
 
             drafters = [PreviousPassDrafter(opts.draft_hint, self.tokenizer.special.timestamp_begin)] + drafters
-        run = _Run(opts=opts, ctx_frames=ctx_frames,
+        run = RunState(opts=opts, ctx_frames=ctx_frames,
                    chain=_drafter_chain(drafters, opts),
                    policy=self.policy if opts.draft_len is None else FixedDraftLength(opts.draft_len),
                    language=opts.language, initial=initial, retry_ladder=retry_ladder,
@@ -427,7 +392,7 @@ class WhisperEngine:
             return self.tokenmap_language
         return None
 
-    def _detect_language(self, run: _Run, waveform: np.ndarray, mel: np.ndarray, n_content: int) -> None:
+    def _detect_language(self, run: RunState, waveform: np.ndarray, mel: np.ndarray, n_content: int) -> None:
         """The language of the first window(s) from the first clip on (``vote_language``; the
         windows are ``window_frames`` long, as faster-whisper's ``nb_max_frames``)."""
         if not self.tokenizer.multilingual:
@@ -455,7 +420,7 @@ class WhisperEngine:
             windows(), run.opts.language_detection_threshold)
         run.timings["language_s"] += time.perf_counter() - t0 - (run.first_encoded[3] if run.first_encoded else 0)
 
-    def _transcribe_fixed(self, run: _Run, waveform: np.ndarray, mel: np.ndarray,
+    def _transcribe_fixed(self, run: RunState, waveform: np.ndarray, mel: np.ndarray,
                           n_content: int) -> Iterator[WindowResult]:
         """Back-to-back windows (``window_frames``, 30 s by default) without timestamps (of each
         clip); the next window encodes while one decodes, and independent windows decode in
@@ -482,7 +447,7 @@ class WhisperEngine:
         if progress:
             progress(n_content, n_content)
 
-    def _lockstep_slots(self, run: _Run, n_windows: int) -> int:
+    def _lockstep_slots(self, run: RunState, n_windows: int) -> int:
         """How many windows to decode in lockstep (1: one at a time). Their tokens must not depend
         on ``batch_size``: windows that do not depend on each other (no previous text, no initial
         prompt, which only the first window would get), decoded greedily or sampled by the
@@ -497,7 +462,7 @@ class WhisperEngine:
             return 1
         return min(opts.batch_size, n_windows, check.row_ceiling or 1)
 
-    def _transcribe_lockstep(self, run: _Run, waveform: np.ndarray, ahead: EncoderAhead,
+    def _transcribe_lockstep(self, run: RunState, waveform: np.ndarray, ahead: EncoderAhead,
                              spans: list[tuple[int, int]], n_content: int, slots: int) -> Iterator[WindowResult]:
         """Windows ``slots`` at a time, as faster-whisper's batched pipeline: the batch's windows
         encoded one after another with nothing beside (an encoder beside the decoder's calls
@@ -554,7 +519,7 @@ class WhisperEngine:
         if progress:
             progress(n_content, n_content)
 
-    def _transcribe_seeking(self, run: _Run, waveform: np.ndarray, mel: np.ndarray,
+    def _transcribe_seeking(self, run: RunState, waveform: np.ndarray, mel: np.ndarray,
                             n_content: int) -> Iterator[WindowResult]:
         """Windows decoded with timestamps, each starting where the last complete segment ended
         (within each clip of ``clip_timestamps``), or where a window that ended early while speech
@@ -597,14 +562,14 @@ class WhisperEngine:
             progress(n_content, n_content)
 
     @staticmethod
-    def _may_restart(run: _Run, window: WindowResult) -> bool:
+    def _may_restart(run: RunState, window: WindowResult) -> bool:
         """Whether a window that ended with text may be asked whether speech went on after it
         (``early_end``): with full windows only (a short encoder window is the whole clip), and not
         where ``hallucination_silence_threshold`` decided where the next window starts."""
-        return window.numerics != "skipped" and bool(window.segments) and _early_end_applies(run)
+        return window.numerics != "skipped" and bool(window.segments) and early_end_applies(run)
 
     @staticmethod
-    def _window_features(run: _Run, waveform: np.ndarray, mel: np.ndarray, start: int,
+    def _window_features(run: RunState, waveform: np.ndarray, mel: np.ndarray, start: int,
                          end: int, silence_ok: bool = False) -> np.ndarray | None:
         """The encoder input of the window from frame ``start`` to ``end``, or None where it is
         silence (unless ``silence_ok``)."""
@@ -612,7 +577,7 @@ class WhisperEngine:
             return None
         return mel if run.ctx_frames < N_FRAMES else window_features(mel[:, :end], start)
 
-    def _transcribe_window(self, run: _Run, waveform: np.ndarray, ahead: EncoderAhead, index: int, start: int,
+    def _transcribe_window(self, run: RunState, waveform: np.ndarray, ahead: EncoderAhead, index: int, start: int,
                            end_frame: int) -> WindowResult:
         """Encode (or take the encoder output computed ahead) and decode the window from frame
         ``start`` to ``end_frame``: with fallback, silence skipping, segments and word timings."""
@@ -624,7 +589,7 @@ class WhisperEngine:
             attempt = self.window_decoder.decode_with_fallback(run, job)
         return self._finish_window(run, job, attempt)
 
-    def _prepare_window(self, run: _Run, ahead: EncoderAhead, index: int, start: int, end_frame: int,
+    def _prepare_window(self, run: RunState, ahead: EncoderAhead, index: int, start: int, end_frame: int,
                         samples: np.ndarray, lockstep: bool = False) -> WindowJob:
         """What decoding the window needs: its numerics, encoder output, language and prompt (the
         model's lock held). ``lockstep``: decoded in a lockstep batch, which drafts nothing."""
@@ -675,7 +640,7 @@ class WhisperEngine:
                          prompt, forced, sot_index, context, DecodeStats(),
                          None if lockstep or not math.isfinite(predicted) else predicted)
 
-    def _finish_window(self, run: _Run, job: WindowJob, attempt: Attempt) -> WindowResult:
+    def _finish_window(self, run: RunState, job: WindowJob, attempt: Attempt) -> WindowResult:
         """The window's result from its chosen attempt, and what the run carries to the next window."""
         opts, wstats, start, end_frame = run.opts, job.wstats, job.start, job.end_frame
         numerics, reason = job.numerics, job.reason
@@ -690,7 +655,7 @@ class WhisperEngine:
         self.window_numerics.observe(len(attempt.tokens))
         run.timings["prefill_s"] += wstats.prefill_s
         run.timings["decoder_s"] += wstats.prefill_s + wstats.steps_s
-        window = self._window_result(run, attempt, start, end_frame, job.encoder_output, job.language)
+        window = self.window_segments.result(run, attempt, start, end_frame, job.encoder_output, job.language)
         window.numerics, window.numerics_reason, window.stats = numerics, reason, wstats.to_dict()
         cost = getattr(job.policy, "cost", self.verify_cost)
         window.stats["predicted_speedup"] = job.predicted
@@ -701,108 +666,6 @@ class WhisperEngine:
             run.reset_since = len(run.initial) + len(run.previous)
         return window
 
-    def _window_result(self, run: _Run, attempt: Attempt, start: int, end_frame: int, encoder_output,
-                       language: str) -> WindowResult:
-        """The window's segments (and their words), and where the next window starts."""
-        eot = self.tokenizer.special.eot
-        emitted = [t for t in attempt.tokens if t != eot]
-        if run.timestamps:
-            # faster-whisper seeks to a short window's last pair wherever it lies (see split_window)
-            limit = N_FRAMES if run.opts.window_frames < N_FRAMES else None
-            split = split_window(emitted, self.tokenizer.special.timestamp_begin, eot, start / 100, end_frame - start,
-                                 max_advance=limit)
-            segments = [Segment(a, b, self.tokenizer.decode(part), list(tokens))
-                        for a, b, part, tokens in split.segments]
-            run.tail = split.tail
-            advance = split.advance_frames
-        else:
-            text_tokens = [t for t in emitted if t < eot]
-            segments = [Segment(start / 100, end_frame / 100, self.tokenizer.decode(text_tokens), emitted)]
-            advance = end_frame - start
-        if run.opts.word_timestamps:
-            before = run.last_speech
-            advance = self._add_words(run, segments, encoder_output, start, end_frame, language, advance,
-                                      single_ending=run.timestamps and split.single_ending)
-            if run.opts.hallucination_silence_threshold is not None:
-                segments, advance = self._cut_hallucinations(run, segments, start, end_frame, advance, before)
-        overlong = [i for i, seg in enumerate(segments) if seg.text.strip() and
-                    overlong_segment(seg.start_s, seg.end_s, sum(1 for t in seg.tokens if t < eot))]
-        run.aligned_end = bool(overlong) and not run.opts.word_timestamps and self._may_align_end(run) and \
-            self._fit_to_words(run, segments, overlong, encoder_output, start, end_frame, language)
-        segments = [seg for seg in segments if seg.end_s != seg.start_s and seg.text.strip()]
-        for seg in segments:
-            run.previous.extend(seg.tokens)
-            run.tokens.extend(t for t in seg.tokens if t < eot)
-        return WindowResult(start / 100, (start + advance) / 100, "".join(seg.text for seg in segments), emitted,
-                            "", "", {}, segments, attempt.temperature, attempt.avg_logprob, attempt.no_speech_prob,
-                            attempt.compression_ratio, start)
-
-    @staticmethod
-    def _cut_hallucinations(run: _Run, segments: list[Segment], start: int, end_frame: int, advance: int,
-                            last_speech: float) -> tuple[list[Segment], int]:
-        """``hallucination_silence_threshold`` (``hallucination``): the segments kept, where the
-        next window starts; the last speech is the last kept word's end."""
-        cut = cut_hallucinations(segments, run.opts.hallucination_silence_threshold, start, end_frame,
-                                 run.n_content, last_speech, full_window_s=run.opts.window_frames / FRAMES_PER_SECOND)
-        run.dropped = cut.drop
-        kept = segments[:cut.kept]
-        ends = [seg.words[-1].end for seg in kept if seg.words]
-        run.last_speech = ends[-1] if ends else last_speech
-        return kept, advance if cut.advance is None else cut.advance
-
-    @staticmethod
-    def _may_align_end(run: _Run) -> bool:
-        """Whether a window's overlong segments may be fitted to their words: where a restart may
-        follow (``_may_restart``'s full windows, no ``hallucination_silence_threshold``) and in
-        transcription only (English words aligned against speech in another language end anywhere)."""
-        return run.timestamps and run.opts.task == "transcribe" and _early_end_applies(run)
-
-    def _fit_to_words(self, run: _Run, segments: list[Segment], overlong: list[int], encoder_output, start: int,
-                      end_frame: int, language: str) -> bool:
-        """Segments ``overlong`` (timed over far more than their words: ``early_end``) start where
-        their first word does (a subtitle after noise shows when it is said, not at the window's
-        edge) and the window's last one with text ends where its last word does, so that
-        ``restart_frame`` can ask whether speech went on after it; whether that end moved. The words
-        are aligned as ``word_timestamps`` aligns them, and not kept."""
-        timed = self._aligned(run, segments, encoder_output, start, end_frame, language)
-        for i in overlong:
-            seg, words = segments[i], timed[i].words
-            if words and seg.start_s < words[0].start < seg.end_s:
-                seg.start_s = words[0].start
-        last = max(i for i, seg in enumerate(segments) if seg.text.strip())
-        seg, words = segments[last], timed[last].words
-        if last in overlong and words and seg.start_s < words[-1].end < seg.end_s:
-            seg.end_s = words[-1].end
-            return True
-        return False
-
-    def _aligned(self, run: _Run, segments: list[Segment], encoder_output, start: int, end_frame: int,
-                 language: str) -> list:
-        """The window's segments with their words, from one cross-attention alignment of their
-        tokens (``word_timestamps``); the segments themselves are not changed."""
-        from .word_timestamps import SegmentTokens, add_word_timestamps
-
-        return add_word_timestamps(self.lm.model, self.tokenizer, encoder_output,
-                                   self.tokenizer.sot_sequence(language, run.opts.task, timestamps=True),
-                                   [SegmentTokens(seg.tokens, seg.start_s, seg.end_s) for seg in segments],
-                                   end_frame - start, start / 100, language, run.opts.prepend_punctuations,
-                                   run.opts.append_punctuations, last_speech_timestamp=run.last_speech)
-
-    def _add_words(self, run: _Run, segments: list[Segment], encoder_output, start: int, end_frame: int,
-                   language: str, advance: int, single_ending: bool) -> int:
-        """Word timings of the window's segments from the cross-attention alignment (see
-        ``word_timestamps``); segment edges move to their words, and where the window's last
-        segment was cut off the next window starts at its last word's end (faster-whisper's
-        rule). Returns the frames the next window starts after this one's start."""
-        timed = self._aligned(run, segments, encoder_output, start, end_frame, language)
-        for seg, words in zip(segments, timed):
-            seg.start_s, seg.end_s, seg.words = words.start, words.end, words.words
-        ends = [seg.words[-1].end for seg in segments if seg.words]
-        if ends:
-            run.last_speech = ends[-1]
-            if not single_ending and ends[-1] > start / 100:
-                advance = round(ends[-1] * 100) - start
-        return advance
 
     @staticmethod
     def _max_new(prompt: list[int], opts: TranscribeOptions) -> int:
@@ -815,7 +678,7 @@ class WhisperEngine:
                               hint="use a shorter prompt or fewer new tokens")
         return min(limit, opts.max_new_tokens)
 
-    def _result(self, run: _Run, waveform: np.ndarray) -> Result:
+    def _result(self, run: RunState, waveform: np.ndarray) -> Result:
         used = {w.numerics for w in run.windows if w.numerics != "skipped"}
         numerics = used.pop() if len(used) == 1 else ("mixed" if used else "none")
         return Result(text="".join(w.text for w in run.windows).strip(), tokens=run.tokens,
@@ -918,12 +781,6 @@ def _tokenmap_language(tmap, tokenizer) -> str | None:
                             where=tmap.source, hint="rebuild it with: specwhisper tokenmap build ... "
                                                     "--language CODE (or --language none)") from None
     return language
-
-
-def _early_end_applies(run: _Run) -> bool:
-    """Where ``early_end`` may move the next window's start: full windows (a short encoder window
-    is the whole clip), and not where ``hallucination_silence_threshold`` decides it."""
-    return run.ctx_frames == N_FRAMES and run.opts.hallucination_silence_threshold is None
 
 
 def _no_drafts_because(opts: TranscribeOptions) -> str | None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specwhisper import WhisperEngine
 from specwhisper.audio import SAMPLE_RATE, load_audio
 from specwhisper.early_end import RESEEK_MIN_S, overlong_segment, restart_frame, speech_seconds_in
+from specwhisper.window_segments import WindowSegments
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +35,8 @@ def test_speech_after_a_segment_timed_over_the_window_is_transcribed(base_engine
     """The window's one segment was timed over most of it, so no 5 s were left after it to ask
     about; its words' alignment ends it at its words (about 1.1 s), and the speech after is decoded."""
     moved = []
-    fit = WhisperEngine._fit_to_words
-    monkeypatch.setattr(WhisperEngine, "_fit_to_words", lambda self, *a: moved.append(fit(self, *a)) or moved[-1])
+    fit = WindowSegments._fit_to_words
+    monkeypatch.setattr(WindowSegments, "_fit_to_words", lambda self, *a: moved.append(fit(self, *a)) or moved[-1])
     result = base_engine.transcribe(late_boundary, language="en", numerics="batch-invariant")
     text = result.text.lower()
     assert "gothic and roman" in text
