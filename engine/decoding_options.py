@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from numbers import Integral, Real
 
-from .backend import MAX_POSITIONS
 from .errors import OptionError
+from .model_limits import MAX_POSITIONS
 
 TIME_PRECISION = 0.02
 MAX_CHUNK_LENGTH = 30  # seconds: the encoder's input; a longer window would not be seen whole

@@ -72,7 +72,6 @@ from numbers import Real
 import numpy as np
 
 from .audio import SAMPLE_RATE
-from .backend import MAX_POSITIONS
 from .errors import OptionError, SpecWhisperError
 from .fallback import COMPRESSION_RATIO_THRESHOLD, compression_ratio
 from .features import N_FRAMES
@@ -80,6 +79,7 @@ from .listen import check_range
 from .live_agreement import agreed_length, copies_prompt, creeping_loop, cut_repetition
 from .live_gate import GATES, SpeechGate
 from .live_input import ChunkConsumer, ChunkQueue, check_consumer_args
+from .model_limits import MAX_POSITIONS
 from .results import WindowResult
 from .timestamps import SECONDS_PER_TIMESTAMP
 from .transcribe_options import checked_options

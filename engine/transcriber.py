@@ -18,7 +18,7 @@ import numpy as np
 
 from .audio import SAMPLE_RATE, AudioInput, load_audio, speech_seconds
 from .audio_ctx import choose_frames
-from .backend import MAX_POSITIONS, LoadedModel, SelfTestResult, check_not_forked
+from .backend import LoadedModel, SelfTestResult, check_not_forked
 from .cores import default_threads, usable_cores
 from .decoding_options import check_token_ids, seek_clips, window_prompt
 from .drafters.base import Drafter, WindowContext
@@ -38,6 +38,7 @@ from .features import (
     window_features,
 )
 from .language_detection import vote_language
+from .model_limits import MAX_POSITIONS
 from .model_store import resolve_model
 from .pipeline import EncoderAhead
 from .policy import (

@@ -24,7 +24,8 @@ from typing import Literal
 
 import numpy as np
 
-from .backend import MAX_POSITIONS, LoadedModel, to_host
+from .backend import LoadedModel, to_host
+from .model_limits import MAX_POSITIONS
 from .sampling import PositionSampler
 from .timestamps import TimestampRules
 

@@ -12,13 +12,14 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Protocol
 
-from .backend import MAX_POSITIONS, LoadedModel, SelfTestResult, _import_ct2
+from .backend import LoadedModel, SelfTestResult, _import_ct2
 from .decoder import decode_with_drafters, learn_from_window
 from .decoding_options import suppressed_ids
 from .drafters.base import Drafter, WindowContext
 from .drafters.bigram import BigramGuesser, map_then_bigram
 from .drafters.chain import DrafterChain
 from .fallback import Attempt, compression_ratio, ladder
+from .model_limits import MAX_POSITIONS
 from .policy import AdaptiveDraftLength, FixedDraftLength
 from .sampling import PositionSampler
 from .stats import DecodeStats

@@ -238,8 +238,8 @@ def test_self_test_refuses_an_invariant_graph_whose_logits_are_wrong(tiny_model_
     graph whose linears compute zeros is refused by the comparison with the float32 model's logits on speech, and
     the row-wise graph, which computes the right ones, is taken."""
     from specwhisper import WhisperEngine
-    from specwhisper.backend import MAX_INVARIANT_DRIFT
     from specwhisper.onnx_build import GraphBuilder
+    from specwhisper.selftest import MAX_INVARIANT_DRIFT
 
     right = GraphBuilder.paired_qlinear
 
@@ -391,7 +391,7 @@ def test_auto_prefers_the_invariant_decoder_only_where_it_is_faster(base_engine,
     """``auto`` takes the invariant decoder beside passing fork kernels exactly where its 1-row step
     costs at most ``PREFER_INVARIANT_BELOW`` of theirs; then every ``auto`` window is
     batch-invariant on it, and its text equals speculation off in those numerics."""
-    from specwhisper.backend import PREFER_INVARIANT_BELOW
+    from specwhisper.selftest import PREFER_INVARIANT_BELOW
 
     result = base_engine.selftest_result
     if result.decoder != "invariant":
@@ -517,8 +517,9 @@ def test_a_window_with_previous_text_prefills_in_one_call_and_stays_exact(invari
     decoding, or from the scoring pass, which prefills the prompt again) of no speculation."""
     import ctranslate2
 
-    from specwhisper.backend import MAX_INVARIANT_DRIFT, to_host
+    from specwhisper.backend import to_host
     from specwhisper.drafters.base import NullDrafter
+    from specwhisper.selftest import MAX_INVARIANT_DRIFT
 
     engine = invariant_engine
     eot, vocab, tok = engine.tokenizer.special.eot, engine.lm.vocab_size, engine.tokenizer

@@ -54,7 +54,7 @@ def test_the_late_position_sweep_runs_once_at_the_full_length(tiny_engine, monke
     range, on a full 30 s window, and every encoder length's self-test reuses it (``--audio-ctx``
     sizes check their own length on the first positions only): a second call, here or in a new
     process, decodes nothing."""
-    from specwhisper import backend
+    from specwhisper import model_limits, selftest
 
     lm = tiny_engine.lm
     monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path))
@@ -67,8 +67,8 @@ def test_the_late_position_sweep_runs_once_at_the_full_length(tiny_engine, monke
 
     monkeypatch.setattr(lm, "_selftest_runner", spy)
     first = lm._sweeps(3, 8, use_cache=True)
-    assert frames and set(frames) == {backend.FULL_ENCODER_FRAMES} and len(frames) <= len(backend._SWEEP_LEADS)
-    assert any(k.startswith(f"after 0 prompt tokens to position {backend.MAX_POSITIONS - 1}") for k in first), first
+    assert frames and set(frames) == {model_limits.FULL_ENCODER_FRAMES} and len(frames) <= len(selftest._SWEEP_LEADS)
+    assert any(k.startswith(f"after 0 prompt tokens to position {model_limits.MAX_POSITIONS - 1}") for k in first), first
     measured = len(frames)
     monkeypatch.setattr(lm, "_swept", {})  # as a new process: from the cache file
     assert lm._sweeps(3, 8, use_cache=True) == first and len(frames) == measured

@@ -491,7 +491,7 @@ def _json_bytes(result, drop: tuple[str, ...] = ()) -> bytes:
 
 def _contract_terms(result) -> str:
     """The result's contract without the clause on why ``auto`` chose the invariant decoder."""
-    from specwhisper.backend import PREFERRED_CLAUSE
+    from specwhisper.selftest import PREFERRED_CLAUSE
 
     return result.contract.replace(PREFERRED_CLAUSE, "")
 

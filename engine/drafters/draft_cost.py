@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..backend import FULL_ENCODER_FRAMES, LoadedModel
+from ..backend import LoadedModel
+from ..model_limits import FULL_ENCODER_FRAMES
 from ..policy import VerifyCost, draft_model_best_k, expected_tokens
 
 ACCEPT_PRIOR = 0.7  # per-position acceptance assumed before a draft model has been measured

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..audio_ctx import SHORT_SIZES
-from ..backend import MAX_POSITIONS, LoadedModel, to_host
+from ..backend import LoadedModel, to_host
 from ..features import N_FRAMES, content_frames, log_mel_spectrogram, short_window_features, window_features
+from ..model_limits import MAX_POSITIONS
 from .draft_cost import DraftModelStats
 
 DRAFT_MARGIN_FRAMES = 200  # trailing silence (mel frames) the draft encoder's short window keeps

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backend import MAX_POSITIONS
 from ..errors import SpecWhisperError, UnknownModelError, option_where
+from ..model_limits import MAX_POSITIONS
 from ..policy import SPECULATE_MARGIN, VerifyCost
 from ..tokenizer import WhisperTokenizer
 from .base import WindowContext
