@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     r.add_argument("--draft", default="tiny.en", help="draft model for spec-draft-model / fork-spec-draft ('' = none)")
     r.add_argument("--spec-k", type=int, default=4, help="K for the fork's generate_speculative (adaptive 1..2K)")
-    r.add_argument("--baseline", default=None, help="system the e2e speedup is measured against (default fw-greedy)")
+    r.add_argument("--baseline", default=None, help="system the e2e speedup is measured against (default: the first "
+                   "of fw-greedy, ct2-greedy, fork-generate, greedy-single-row that runs)")
     r.add_argument("--tokenmap-dir", type=Path, default=None, help="prebuilt <set>.tmap files (default: build them)")
     r.add_argument("--data", default=None, help="shared corpus root (default ../shared/data)")
     r.add_argument("--no-warmup", action="store_true", help="do not run the untimed warm-up per system and set")
@@ -137,7 +138,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .report import write_json, write_markdown
     from .systems import REFERENCE_FOR
 
-    results = json.loads(args.json.read_text(encoding="utf-8"))
+    try:
+        results = json.loads(args.json.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SpecWhisperError(f"cannot read the results: {getattr(exc, 'strerror', None) or exc}", where=str(args.json),
+                               hint="pass the bench.json a run wrote (python -m benchmarks run ... --out DIR)") from None
     meta = results.get("meta", {})
     results["summary"] = summarise(results.get("records", []), reference_for=REFERENCE_FOR,
                                    baseline=meta.get("baseline"), decoder_baseline=meta.get("decoder_baseline"))

@@ -52,7 +52,14 @@ class Clip:
 
 def shared_data_root(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The corpus root: the argument, $SPECWHISPER_SHARED_DATA, or ../shared/data beside the checkout."""
-    candidates = [Path(explicit)] if explicit else []
+    if explicit:  # asked for: that one, never another in its place
+        root = Path(explicit)
+        if (root / "README.md").is_file():
+            return root
+        raise SpecWhisperError("no shared test corpus there (no README.md)", where=str(root),
+                               hint="pass the corpus root (the folder with README.md and the sets), or leave "
+                                    "--data out for ../shared/data")
+    candidates = []
     env = os.environ.get("SPECWHISPER_SHARED_DATA")
     if env:
         candidates.append(Path(env))

@@ -223,7 +223,9 @@ def _summarise_one(system: str, rows: list[dict], index: dict, reference: str | 
                 "accepted_by_len": dict(sorted(hist.items(), key=lambda kv: int(kv[0])))})
     out["numerics"] = sorted({str(r.get("numerics")) for r in ok if r.get("numerics")})
     # the policy's gap: expected vs delivered speedup of the windows it speculated (mean over windows)
-    pairs = [(p, d) for r in ok for numerics, p, d in r.get("window_speedup") or []
+    # (runs that drafted nothing, e.g. greedy-batch-invariant, speculated nothing: left out)
+    pairs = [(p, d) for r in ok if (r.get("stats") or {}).get("drafted")
+             for numerics, p, d in r.get("window_speedup") or []
              if numerics == "batch-invariant" and p is not None and d is not None]
     out["speculated_windows"] = len(pairs)
     out["predicted_speedup"] = sum(p for p, _ in pairs) / len(pairs) if pairs else None

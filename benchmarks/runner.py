@@ -96,10 +96,16 @@ class PeerHandle:
             self.worker.close()
 
 
+BASELINE_ORDER = ("fw-greedy", "ct2-greedy", "fork-generate", "greedy-single-row")
+
+
 def _baselines(names: list[str], requested: str | None) -> tuple[str | None, str | None]:
     if requested:
+        if requested not in names:  # its column was a row of dashes
+            raise SpecWhisperError(f"the baseline {requested!r} is not among the systems run", where="--baseline",
+                                   hint=f"add it to --systems, or pick one of {', '.join(names)}")
         return requested, "greedy-single-row" if "greedy-single-row" in names else None
-    for candidate in ("fw-greedy", "ct2-greedy", "fork-generate", "greedy-single-row"):
+    for candidate in BASELINE_ORDER:
         if candidate in names:
             return candidate, "greedy-single-row" if "greedy-single-row" in names else None
     return None, None
@@ -128,7 +134,8 @@ def run_one(system, clip: Clip, audio: np.ndarray, npy: Path, repeat: int) -> di
     record.update({"ok": True, "text": out["text"], "tokens": out["tokens"], "timings": out["timings"],
                    "stats": out.get("stats", {}), "numerics": out.get("numerics"),
                    "windows": out.get("windows") or _windows(audio),
-                   **{k: out[k] for k in ("window_numerics", "window_tokens", "window_seeks", "window_speedup") if k in out},
+                   **{k: out[k] for k in ("window_numerics", "window_tokens", "window_seeks", "window_speedup",
+                                          "encoder", "audio_ctx") if k in out},
                    "rss_mb": out.get("rss_mb", rss["rss_mb"]), "peak_rss_mb": out.get("peak_rss_mb", rss["peak_rss_mb"])})
     return record
 
@@ -147,9 +154,9 @@ class Run:
                                    hint=f"use any of {', '.join(SYSTEMS)}")
         self.opts = opts
         self.root = shared_data_root(opts.data)
+        baseline, decoder_baseline = _baselines(opts.systems, opts.baseline)
         self.out = Path(opts.out)
         self.out.mkdir(parents=True, exist_ok=True)
-        baseline, decoder_baseline = _baselines(opts.systems, opts.baseline)
         self.results: dict = {
             "meta": {
                 "command": command_line(opts.argv), "started": now_iso(), "status": "running",

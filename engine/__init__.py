@@ -13,6 +13,7 @@ quiet_onnxruntime()
 
 # Every error a caller can cause is a SpecWhisperError; catch a kind by its class (an OptionError
 # and an UnknownModelError are ValueErrors, an UnknownOptionError a TypeError, as Python's own are).
+from .drafters.base import Drafter, WindowContext  # noqa: E402  (a drafter of your own: WhisperEngine(drafters=))
 from .errors import (  # noqa: E402
     AudioError,
     ModelError,
@@ -38,8 +39,9 @@ from .whisper_model import (  # noqa: E402  (faster-whisper's API, see whisper_m
     format_timestamp,
 )
 
-__all__ = ["AudioError", "BatchedInferencePipeline", "CommandListener", "CommandResult", "LiveEvent", "LiveStream",
+__all__ = ["AudioError", "BatchedInferencePipeline", "CommandListener", "CommandResult", "Drafter", "LiveEvent",
+           "LiveStream",
            "ModelError", "NetworkError", "OptionError", "OutputError", "Result", "SpecWhisperError",
            "TokenMapError", "TranscribeOptions", "UnknownModelError", "UnknownOptionError", "WhisperEngine",
-           "WhisperModel", "__version__", "available_models", "decode_audio", "download_model",
+           "WhisperModel", "WindowContext", "__version__", "available_models", "decode_audio", "download_model",
            "format_timestamp"]

@@ -21,7 +21,7 @@ from .audio_ctx import choose_frames
 from .backend import LoadedModel, SelfTestResult, check_not_forked
 from .cores import default_threads, usable_cores
 from .decoding_options import check_token_ids, seek_clips, window_prompt
-from .drafters.base import Drafter, WindowContext
+from .drafters.base import Drafter, WindowContext, check_drafters
 from .drafters.bigram import BigramGuesser
 from .drafters.chain import DrafterChain
 from .early_end import SILENCE_PEAK, first_sound, restart_frame
@@ -189,6 +189,7 @@ class WhisperEngine:
                              switches=dict(learn=learn, prompt_lookup=prompt_lookup, selftest=selftest,
                                            pipeline=pipeline, draft_ahead=draft_ahead))
         threads, decoder_threads = int(threads), None if decoder_threads is None else int(decoder_threads)
+        drafters = check_drafters(drafters)  # before the load: a wrong one failed at the first window
         t0 = time.perf_counter()
         if loaded is not None:  # its device and threads hold for this engine's drafters too
             _check_shared_model(loaded, encoder=encoder, batch_decoder=batch_decoder, decoder_threads=decoder_threads)
@@ -222,7 +223,7 @@ class WhisperEngine:
             measured = self.lm.call_costs(result=self.selftest_result)
             verify_cost = VerifyCost(measured) if measured else None
         self.verify_cost = verify_cost or VerifyCost.default(device)
-        self.drafters: list[Drafter] = list(drafters or [])
+        self.drafters: list[Drafter] = drafters
         self.tokenmap_drafter = None
         # The language of the token map's transcripts: what ``transcribe``, ``stream`` and ``listen``
         # decode in where no language is given (detection on a short command is a guess).

@@ -145,19 +145,34 @@ def test_mixed_numerics_clips_are_checked_window_by_window():
 
 
 def test_the_policy_gap_is_reported_over_speculated_windows():
-    """Expected vs delivered speedup, averaged over the windows decoded batch-invariant only."""
-    records = [_rec("spec", "a", 0, 1.0, 0.4, [1], window_speedup=[["batch-invariant", 1.4, 1.1],
-                                                                    ["single-row", 0.9, 1.0]]),
-               _rec("spec", "b", 0, 1.0, 0.4, [1], window_speedup=[["batch-invariant", 1.6, 1.5],
-                                                                    ["batch-invariant", None, 1.2]]),
+    """Expected vs delivered speedup, averaged over the windows decoded batch-invariant only, of
+    runs that drafted (greedy-batch-invariant was listed as "expected 1.35x" with nothing drafted)."""
+    drafted = {"drafted": 5}
+    records = [_rec("spec", "a", 0, 1.0, 0.4, [1], stats=drafted, window_speedup=[["batch-invariant", 1.4, 1.1],
+                                                                                  ["single-row", 0.9, 1.0]]),
+               _rec("spec", "b", 0, 1.0, 0.4, [1], stats=drafted, window_speedup=[["batch-invariant", 1.6, 1.5],
+                                                                                  ["batch-invariant", None, 1.2]]),
+               _rec("greedy-batch-invariant", "a", 0, 1.0, 0.4, [1], window_speedup=[["batch-invariant", 1.35, 0.6]]),
                _rec("greedy-single-row", "a", 0, 1.0, 0.4, [1])]
     rows = metrics.summarise(records, reference_for={}, baseline=None, decoder_baseline=None)["s"]
     spec = rows["spec"]
     assert spec["speculated_windows"] == 2
     assert spec["predicted_speedup"] == pytest.approx(1.5) and spec["realised_speedup"] == pytest.approx(1.3)
     assert rows["greedy-single-row"]["predicted_speedup"] is None
-    note = report.policy_note(rows, ["greedy-single-row", "spec"])
-    assert note == "Policy, speculated windows: `spec` expected 1.50x, delivered 1.30x over 2 windows."
+    assert rows["greedy-batch-invariant"]["speculated_windows"] == 0
+    note = report.policy_note(rows, ["greedy-single-row", "greedy-batch-invariant", "spec"])
+    assert note.startswith("Policy, speculated windows (modelled") and "greedy-batch-invariant" not in note
+    assert note.endswith("`spec` expected 1.50x, delivered 1.30x over 2 windows.")
+
+
+def test_the_encoder_note_names_whose_encoder_is_whose():
+    """It called our engine's encoder (whatever ``--encoder`` chose) the fork's and blamed a gap
+    that the graph encoders had closed."""
+    summary = {"s": {"greedy-single-row": {"windows": 2, "encoder_s": 0.8},
+                     "ct2-greedy": {"windows": 2, "encoder_s": 1.2}}}
+    note = report.encoder_note(summary)
+    assert "ours 400 ms" in note and "upstream CTranslate2 (faster-whisper's) 600 ms" in note
+    assert "fork" not in note and report.encoder_note({"s": {"ct2-greedy": {"windows": 1, "encoder_s": 1}}}) is None
 
 
 def test_markdown_and_json_writers(tmp_path):

@@ -160,3 +160,47 @@ def test_float32_invariant_range_and_exactness(base_model_dir, shared_data):
     assert result.row_floor is not None and result.row_ceiling >= result.row_floor + 1
     for seed, clip in enumerate(representative(shared_data)[:2]):
         _check_clip(engine, clip, seed)
+
+
+class _Faulty:
+    """A drafter of a user's own with bugs: ids as a numpy array (its truth value is an error),
+    then an exception in ``propose`` from the fourth round on; or no ``end`` at all."""
+
+    name = "faulty"
+
+    def __init__(self) -> None:
+        self.rounds = 0
+
+    def begin(self, window) -> None:
+        self.rounds = 0
+
+    def propose(self, tokens, k):
+        import numpy as np
+
+        self.rounds += 1
+        if self.rounds > 3:
+            raise KeyError("a bug")
+        return np.asarray(tokens[-k:], dtype=np.int64)  # repeats itself: mostly wrong, sometimes right
+
+    def observe(self, n_accepted) -> None:
+        pass
+
+    def end(self, tokens) -> None:
+        pass
+
+
+def test_a_drafter_of_ones_own_is_checked_and_its_bugs_cost_no_text(tiny_engine, shared_data):
+    """``WhisperEngine(drafters=...)``: a wrong argument is an OptionError before the model loads
+    (it was an AttributeError or a TypeError at the first window); a drafter that returns a numpy
+    array or raises mid-window is dropped with a warning and the tokens are the oracle's."""
+    from specwhisper import OptionError, WhisperEngine
+
+    for bad, said in (("faulty", "a list of drafters"), (_Faulty(), "a list of drafters"), ([object()], "has no name")):
+        with pytest.raises(OptionError, match=said):
+            WhisperEngine("no-such-model", drafters=bad)
+    path = shared_data / "real/audio/jfk.flac"
+    oracle = tiny_engine.transcribe(path, language="en", numerics="batch-invariant", speculation=False)
+    engine = WhisperEngine(loaded=tiny_engine.lm, prompt_lookup=False, drafters=[_Faulty()])
+    with pytest.warns(UserWarning, match="drafter 'faulty' raised KeyError in propose"):
+        result = engine.transcribe(path, language="en", numerics="batch-invariant", draft_len=4)
+    assert result.tokens == oracle.tokens and result.stats["by_drafter"].get("faulty", {}).get("drafted", 0) > 0

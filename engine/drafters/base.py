@@ -1,8 +1,20 @@
-"""The one small protocol every drafter implements (token map, prompt lookup, draft model).
+"""The one small protocol every drafter implements (token map, prompt lookup, draft model,
+previous pass), and the one a drafter of your own implements: ``WhisperEngine(drafters=[...])``.
 
 A drafter sees token ids only, never decoder state: ``begin`` a window, ``propose`` up to ``k``
-tokens that might follow, ``observe`` how many of them the verifier accepted. Being wrong costs
-speed, never text: the verifier checks every proposed token against the main model.
+tokens that might follow, ``observe`` how many of them the verifier accepted, ``end`` with the
+window's tokens. Being wrong costs speed, never text: the verifier checks every proposed token
+against the main model, ids outside the vocabulary end a proposal, and a drafter that raises is
+dropped for the rest of the transcription with a warning (``chain``). ``propose`` may be called
+without an ``observe`` after it (the first-token gate and the shadow replay only look).
+
+Optional attributes the engine reads where a drafter has them: ``learns`` (True: it also sees the
+``begin``/``end`` of windows decoded without drafts, e.g. with speculation off, to learn from
+them; measure such a drafter on a fresh instance, or it has learned the clip already), ``costly``
+(a model of its own: never replayed in the shadow of a single-row window), ``last_confidence``
+(per-token confidence of its last proposal), ``knows_start(tokens)`` (it has seen utterances begin
+so), ``last_source`` (which part of it proposed, for the statistics), ``prepare(audio)`` and
+``drafting`` (a draft model running its encoder beside the main one).
 """
 
 from __future__ import annotations
@@ -10,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+from ..errors import OptionError
 
 
 @dataclass(frozen=True)
@@ -53,6 +67,28 @@ class Drafter(Protocol):
 
     def end(self, tokens: Sequence[int]) -> None:
         """The window's final emitted tokens (EOT excluded): drafters that learn online use them."""
+
+
+_MEMBERS = ("name", "begin", "propose", "observe", "end")
+
+
+def check_drafters(drafters) -> list:
+    """``drafters`` as a list, or an ``OptionError`` naming what is wrong: a drafter that is not a
+    list's element (one drafter, a string) or lacks a member of the protocol failed only when a
+    window was decoded, with an ``AttributeError`` or a ``TypeError``."""
+    if drafters is None:
+        return []
+    if isinstance(drafters, (str, bytes)) or not hasattr(drafters, "__iter__") or isinstance(drafters, Drafter):
+        raise OptionError(f"drafters must be a list of drafters, got {type(drafters).__name__}", where="drafters",
+                          hint="pass drafters=[MyDrafter()] (see specwhisper.Drafter for the methods a drafter has)")
+    drafters = list(drafters)
+    for i, drafter in enumerate(drafters):
+        missing = [m for m in _MEMBERS if not hasattr(drafter, m)]
+        if missing:
+            raise OptionError(f"drafters[{i}] ({type(drafter).__name__}) has no {', '.join(missing)}",
+                              where="drafters", hint="a drafter has a name and begin, propose, observe and end "
+                                                     "methods (see specwhisper.Drafter)")
+    return drafters
 
 
 class NullDrafter:

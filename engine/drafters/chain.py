@@ -1,9 +1,14 @@
-"""Several drafters behind one: the first that proposes something drafts this round."""
+"""Several drafters behind one: the first that proposes something drafts this round.
+
+A drafter that raises (a bug of one of your own, or of ours) is dropped for the rest of the
+transcription with a warning: a drafter's bug costs speed, never text, nor the transcription.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..errors import warn_caller
 from .base import Drafter, WindowContext
 
 
@@ -34,35 +39,58 @@ class DrafterChain:
 
     def begin(self, window: WindowContext) -> None:
         for d in (*self.drafters, *self.learners):
-            d.begin(window)
+            self._call(d, "begin", window)
 
     def propose(self, tokens: Sequence[int], k: int) -> list[int]:
-        for d in self.drafters:
-            proposal = d.propose(tokens, k)
+        for d in tuple(self.drafters):  # a copy: a drafter that raises leaves the list
+            try:
+                proposal = d.propose(tokens, k)
+                # any sequence of ids (a numpy array's truth value is an error); the verifier ends
+                # a proposal at an id outside the vocabulary
+                proposal = [int(t) for t in proposal] if proposal is not None else []
+            except Exception as exc:  # noqa: BLE001  (see the module docstring)
+                self._drop(d, "propose", exc)
+                continue
             if proposal:
                 self._last = d
-                return list(proposal)
+                return proposal
         self._last = None
         return []
 
     def observe(self, n_accepted: int) -> None:
         if self._last is not None:
-            self._last.observe(n_accepted)
+            self._call(self._last, "observe", n_accepted)
 
     def end(self, tokens: Sequence[int]) -> None:
         for d in (*self.drafters, *self.learners):
-            d.end(tokens)
+            self._call(d, "end", tokens)
 
     def begin_learning(self, window: WindowContext) -> None:
         """A window decoded without drafting (beam search, windows decoded together): only the
         drafters that learn see it begin (a draft model's run-ahead must not start)."""
         for d in self._learning():
-            d.begin(window)
+            self._call(d, "begin", window)
 
     def end_learning(self, tokens: Sequence[int]) -> None:
         """That window's text to the drafters that learn (``begin_learning``)."""
         for d in self._learning():
-            d.end(tokens)
+            self._call(d, "end", tokens)
+
+    def _call(self, drafter: Drafter, method: str, arg) -> None:
+        try:
+            getattr(drafter, method)(arg)
+        except Exception as exc:  # noqa: BLE001  (see the module docstring)
+            self._drop(drafter, method, exc)
+
+    def _drop(self, drafter: Drafter, method: str, exc: Exception) -> None:
+        """Leave ``drafter`` out of this transcription's drafting and learning, said once."""
+        self.drafters = [d for d in self.drafters if d is not drafter]
+        self.learners = [d for d in self.learners if d is not drafter]
+        if self._last is drafter:
+            self._last = None
+        name = getattr(drafter, "name", type(drafter).__name__)
+        warn_caller(f"drafter {name!r} raised {type(exc).__name__} in {method}(): {exc}; drafting on without it for "
+                    "the rest of this transcription (the text is what it would have been)")
 
     def _learning(self) -> list[Drafter]:
         return [d for d in (*self.drafters, *self.learners) if getattr(d, "learns", False)]
