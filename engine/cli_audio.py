@@ -61,6 +61,11 @@ def _microphone(command: str) -> Iterator[np.ndarray]:
         raise SpecWhisperError("microphone input needs the sounddevice package, which is not installed",
                                where=f"{command} mic",
                                hint="pip install 'specwhisper[mic]' (or pass a file, or '-' for PCM on stdin)") from None
+    except OSError as exc:  # sounddevice loads the system's PortAudio as it is imported
+        raise SpecWhisperError(f"microphone input needs the PortAudio library, which sounddevice cannot load ({exc})",
+                               where=f"{command} mic",
+                               hint="install it with the system's packages (Debian/Ubuntu: apt install libportaudio2; "
+                                    "Fedora: dnf install portaudio), or pass a file, or '-' for PCM on stdin") from None
     blocks: queue.Queue = queue.Queue()
 
     def gen() -> Iterator[np.ndarray]:

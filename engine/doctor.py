@@ -54,16 +54,24 @@ def run_doctor(model: str | None, compute_type: str, threads: int, batch_decoder
                    if result.row_floor else "FAILED: speculation off")
         print(f"speculation contract: {result.contract}")
         if result.ct2_diffs:
-            verdict_ct2 = ("passed the self-test, but the invariant decoder is faster here" if result.preferred
-                           else "failed the self-test here")
-            print(f"CTranslate2's own kernels {verdict_ct2} (largest |logit| differences by call pattern): "
-                  + json.dumps({k: round(v, 6) for k, v in result.ct2_diffs.items()}))
+            print(ct2_verdict(result))
         print(f"decoder threads: {lm.decoder_threads} (encoder {threads}; 1 unless {threads} is clearly faster, measured)")
         print(f"batch-invariance self-test ({lm.compute_type}, decoder {lm.decoder_threads} threads): {verdict}; "
               f"1-row steps {'match' if result.single_row_matches else 'differ (single-row is its own numerics)'}; "
               f"{result.seconds:.2f} s")
         print(json.dumps(result.max_abs_diff_by_rows, indent=1))
     return 0
+
+
+def ct2_verdict(result) -> str:
+    """The line on the fork's own kernels where the invariant decoder was chosen over them: they
+    passed and it is faster, or they failed (it said "passed" whenever it was faster, also where
+    they had failed at the last position)."""
+    # (a result cached before ``ct2_passed`` was recorded does not say which)
+    verdict = {True: "passed the self-test, but the invariant decoder is faster here",
+               False: "failed the self-test here"}.get(result.ct2_passed, "were tested too")
+    return (f"CTranslate2's own kernels {verdict} (largest |logit| differences by call pattern): "
+            + json.dumps({k: round(v, 6) for k, v in result.ct2_diffs.items()}))
 
 
 def _cache_state(folder) -> str:

@@ -75,15 +75,15 @@ def writable_measurement_cache() -> Path | None:
 
 
 MEASURING_NOTE = ("measuring this machine for this model and its settings (self-test, call costs, encoder and "
-                  "thread choice): about 20-40 s, once; later runs read the results")
+                  "thread choice): about 20-60 s, once; later runs read the results")
 MEASURING_UNCACHED = ("measuring this machine for this model and its settings (self-test, call costs, encoder and "
-                      "thread choice): about 20-40 s, at every load while SPECWHISPER_NO_SELFTEST_CACHE is set")
+                      "thread choice): about 20-60 s, at every load while SPECWHISPER_NO_SELFTEST_CACHE is set")
 _measuring_said = threading.Event()
 
 
 def measuring() -> None:
     """Say, once per process, that a measurement of this machine starts (``specwhisper`` logger,
-    INFO; the CLI shows it on a terminal): a first load is otherwise 20-40 s of silence. Called
+    INFO; the CLI shows it on a terminal): a first load is otherwise 20-60 s of silence. Called
     where a measurement is about to run, not where a cached one is read."""
     if not _measuring_said.is_set():
         _measuring_said.set()

@@ -62,6 +62,7 @@ class SelfTestResult:
     key: str
     decoder: str = "ct2"
     ct2_diffs: dict | None = None
+    ct2_passed: bool | None = None  # whether the fork's kernels passed, where ``ct2_diffs`` are theirs
     preferred: bool = False
     wide: bool = False  # the invariant decoder's rows are the same bits on its wide (2-thread) session
     graph: str = ""  # the invariant decoder's step graph that passed (``invariant_graph.GRAPHS``)
@@ -136,7 +137,8 @@ class BatchInvarianceSelfTest:
             if ct2 is None or ct2.row_floor is None or invariant.preferred:
                 result = invariant
                 if ct2 is not None:
-                    result = replace(result, ct2_diffs=ct2.max_abs_diff_by_rows, seconds=result.seconds + ct2.seconds)
+                    result = replace(result, ct2_diffs=ct2.max_abs_diff_by_rows, ct2_passed=ct2.row_floor is not None,
+                                     seconds=result.seconds + ct2.seconds)
         self._speech_windows.clear()  # needed by this measurement only (a full window is 3 MB on base)
         if measured:
             cache_put(key, asdict(result))

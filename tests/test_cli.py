@@ -83,7 +83,7 @@ def test_doctor_reports_step_api(capsys):
 
 
 def test_a_first_load_says_once_that_it_measures_the_machine(tmp_path, monkeypatch, caplog):
-    """A first load measures the machine for 20-40 s: the first measurement of a process says so
+    """A first load measures the machine for 20-60 s: the first measurement of a process says so
     once on the ``specwhisper`` logger (a cached value read says nothing); the CLI shows such notes
     on a terminal only, and puts the logger back as it was when it returns."""
     import io

@@ -158,6 +158,22 @@ def test_bad_input_gives_clear_errors(engine):
             engine.stream("en", **{name: value})
 
 
+def test_a_microphone_without_portaudio_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    """sounddevice installed (the mic extra) on a system without PortAudio raises OSError as it is
+    imported: ``stream mic`` and ``listen mic`` ended in its traceback."""
+    import sys
+
+    from specwhisper.cli import main
+
+    (tmp_path / "sounddevice.py").write_text("raise OSError('PortAudio library not found')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "sounddevice", raising=False)
+    for command in ("stream", "listen"):
+        assert main([command, "mic"]) == 2
+        err = capsys.readouterr().err
+        assert "PortAudio" in err and "libportaudio2" in err and "Traceback" not in err
+
+
 def test_cli_stream_json_lines_and_missing_microphone(engine, shared_data, capsys, tmp_path):
     from specwhisper.cli import main
 
