@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from functools import lru_cache
 
@@ -129,7 +129,7 @@ def clip_medians(records: list[dict]) -> dict[tuple[str, str, str], dict]:
         first = ok[0]
         row = {k: first.get(k) for k in ("set", "clip", "system", "duration_s", "language", "text", "tokens",
                                          "stats", "numerics", "refs", "windows", "window_numerics",
-                                         "window_tokens", "window_seeks", "window_speedup")}
+                                         "window_reasons", "window_tokens", "window_seeks", "window_speedup")}
         row["ok"] = True
         row["repeats"] = len(ok)
         row["deterministic"] = all(r.get("tokens") == first.get("tokens") for r in ok)
@@ -230,6 +230,10 @@ def _summarise_one(system: str, rows: list[dict], index: dict, reference: str | 
     out["speculated_windows"] = len(pairs)
     out["predicted_speedup"] = sum(p for p, _ in pairs) / len(pairs) if pairs else None
     out["realised_speedup"] = sum(d for _, d in pairs) / len(pairs) if pairs else None
+    # where nothing was drafted, why (the windows' most common numerics reason: a draft model the
+    # cost model refused, a policy that chose single-row; "drafted 0" said nothing of it)
+    reasons = Counter(reason for r in ok for reason in r.get("window_reasons") or [])
+    out["undrafted_reason"] = reasons.most_common(1)[0][0] if reasons and not out.get("drafted") else None
     return out
 
 

@@ -61,11 +61,10 @@ def ensure_peer_venv(root: Path | None = None, *, quiet: bool = False) -> Path:
               "this happens once", file=sys.stderr)
     venv.EnvBuilder(with_pip=True, clear=True).create(root)
     py = peer_python(root)
-    cmd = [str(py), "-m", "pip", "install", "--disable-pip-version-check", *PEER_REQUIREMENTS]
-    if quiet:
-        cmd.insert(4, "-q")
-    proc = subprocess.run(cmd, stdout=sys.stderr if not quiet else subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True)
+    # pip's own lines (about 60, progress bars among them) drowned the run's: its errors are kept
+    # for the message below, the rest is not shown
+    cmd = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PEER_REQUIREMENTS]
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise SpecWhisperError("could not install faster-whisper into the peer environment",
                                where=str(root),

@@ -84,7 +84,9 @@ def plot_acceptance_hist(summary: dict[str, dict[str, dict]], order: list[str], 
         hist = totals[system]
         calls = sum(hist.values())
         xs = sorted(hist)
-        ax.bar([x + i * width for x in xs], [hist[x] / calls for x in xs], width, label=f"{system} ({calls} calls)")
+        offset = (i - (len(systems) - 1) / 2) * width  # the group centred on its count, not to its right
+        ax.bar([x + offset for x in xs], [hist[x] / calls for x in xs], width, label=f"{system} ({calls} calls)")
+    ax.set_xticks(sorted({n for system in systems for n in totals[system]}))
     ax.set_xlabel("draft tokens accepted per verify call")
     ax.set_ylabel("fraction of verify calls")
     ax.set_title("Accepted length per verify call")

@@ -157,6 +157,10 @@ def markdown_report(results: dict) -> str:
         gap = policy_note(rows, order)
         if gap:
             lines += [gap, ""]
+        undrafted = [f"`{system}`: {rows[system]['undrafted_reason']}" for system in order
+                     if system.startswith("spec-") and rows.get(system, {}).get("undrafted_reason")]
+        if undrafted:
+            lines += ["Drafted nothing (the windows' most common reason): " + "; ".join(undrafted) + ".", ""]
         unavailable = info.get("unavailable", {})
         if unavailable:
             lines += ["Not run here: " + "; ".join(f"`{k}`: {v}" for k, v in unavailable.items()), ""]

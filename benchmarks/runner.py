@@ -134,8 +134,8 @@ def run_one(system, clip: Clip, audio: np.ndarray, npy: Path, repeat: int) -> di
     record.update({"ok": True, "text": out["text"], "tokens": out["tokens"], "timings": out["timings"],
                    "stats": out.get("stats", {}), "numerics": out.get("numerics"),
                    "windows": out.get("windows") or _windows(audio),
-                   **{k: out[k] for k in ("window_numerics", "window_tokens", "window_seeks", "window_speedup",
-                                          "encoder", "audio_ctx") if k in out},
+                   **{k: out[k] for k in ("window_numerics", "window_reasons", "window_tokens", "window_seeks",
+                                          "window_speedup", "encoder", "audio_ctx") if k in out},
                    "rss_mb": out.get("rss_mb", rss["rss_mb"]), "peak_rss_mb": out.get("peak_rss_mb", rss["peak_rss_mb"])})
     return record
 

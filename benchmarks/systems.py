@@ -225,6 +225,7 @@ class EngineSystem:
                 "encoder": res.encoder, "audio_ctx": res.audio_ctx,
                 # per window, so that a clip decoded in mixed numerics can be checked window by window
                 "window_numerics": [w.numerics for w in res.windows],
+                "window_reasons": [w.numerics_reason for w in res.windows],  # why each was decoded so
                 "window_tokens": [[t for t in w.tokens if t < eot] for w in res.windows],
                 "window_seeks": [w.seek for w in res.windows],
                 # what the policy expected of each window and what its calls delivered (same units)

@@ -176,9 +176,12 @@ def test_the_encoder_note_names_whose_encoder_is_whose():
 
 
 def test_markdown_and_json_writers(tmp_path):
-    records = [_rec("greedy-single-row", "a", 0, 1.0, 0.4, [1, 2]), _rec("fw-greedy", "a", 0, 2.0, 0.8, [1, 2])]
+    refused = "single-row: the draft model's cost model refused it for this window"
+    records = [_rec("greedy-single-row", "a", 0, 1.0, 0.4, [1, 2]), _rec("fw-greedy", "a", 0, 2.0, 0.8, [1, 2]),
+               _rec("spec-draft-model", "a", 0, 1.0, 0.4, [1, 2], window_reasons=[refused])]
     results = {"meta": {"command": "python -m benchmarks run --suite real", "systems": ["greedy-single-row",
-                                                                                         "fw-greedy"],
+                                                                                         "fw-greedy",
+                                                                                         "spec-draft-model"],
                         "config": {"model": "base", "compute_type": "int8", "device": "cpu", "threads": 2},
                         "baseline": "fw-greedy", "decoder_baseline": "greedy-single-row", "repeat": 3},
                "sets": {"s": {"n_clips": 1, "audio_s": 2.0, "unavailable": {"spec-tokenmap": "no map"},
@@ -191,6 +194,7 @@ def test_markdown_and_json_writers(tmp_path):
     row = next(line for line in md.splitlines() if line.startswith("| greedy-single-row"))
     assert "2.00x" in row  # e2e speedup vs fw-greedy: 2.0 / 1.0
     assert "`spec-tokenmap`: no map" in md and "boom" in md
+    assert f"Drafted nothing (the windows' most common reason): `spec-draft-model`: {refused}." in md
     path = report.write_json(tmp_path / "out" / "bench.json", {**results, "p": tmp_path, "n": np.float32(1.5)})
     loaded = json.loads(path.read_text())
     assert loaded["n"] == 1.5 and loaded["p"] == str(tmp_path)
