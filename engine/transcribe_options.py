@@ -76,7 +76,11 @@ class TranscribeOptions:
     prepend_punctuations: str = "\"'“¿([{-"
     append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
     hallucination_silence_threshold: float | None = None
-    language_detection_segments: int = 1
+    # Up to 3 windows while none is sure (faster-whisper's default is 1, which its facade keeps):
+    # 35 s of faint noise before jfk was detected as Nynorsk (0.33) from the noise alone and jfk
+    # was lost, by faster-whisper too; the next window says English (0.9+). A first window over
+    # the threshold decides alone, as before, and costs nothing more.
+    language_detection_segments: int = 3
     language_detection_threshold: float | None = 0.5  # None: the first window decides
 
     def __post_init__(self) -> None:

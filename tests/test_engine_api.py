@@ -209,3 +209,20 @@ def test_engines_can_share_one_loaded_model(base_engine, shared_data):
         WhisperEngine(loaded=lm, decoder_threads=7)
     with pytest.raises(OptionError, match="unknown encoder 'bogus'"):
         WhisperEngine(loaded=lm, encoder="bogus")
+
+
+def test_a_first_window_of_noise_does_not_decide_the_language(base_engine, shared_data):
+    """35 s of faint noise before jfk: the first window alone said Nynorsk (p 0.33, from the noise)
+    and jfk was lost, by faster-whisper too. While no window is sure (p <= 0.5) up to three are
+    asked, as faster-whisper's language_detection_segments=3 would; the second says English."""
+    import numpy as np
+
+    from specwhisper.audio import load_audio
+
+    rng = np.random.default_rng(0)
+    jfk = load_audio(shared_data / "real/audio/jfk.flac")
+    noise = (rng.standard_normal(35 * 16000 + jfk.size) * 10 ** (-55 / 20)).astype(np.float32)
+    audio = noise + np.concatenate([np.zeros(35 * 16000, np.float32), jfk])
+    alone = base_engine.transcription(audio, language_detection_segments=1)
+    assert alone.language_probability <= 0.5 and alone.language != "en"  # the case: the noise decides alone
+    assert base_engine.transcription(audio).language == "en"
