@@ -32,6 +32,8 @@ def load_audio(source: AudioInput, sample_rate: int | None = None) -> np.ndarray
         if source.dtype.kind == "f":
             check_float_range(source, "array")
         return _normalise(source, SAMPLE_RATE if sample_rate is None else sample_rate, "array")
+    if isinstance(source, io.TextIOBase):  # its read() fails on the first byte that is not UTF-8
+        raise AudioError("the file object is open in text mode", where="audio", hint="open it with mode 'rb'")
     if hasattr(source, "read"):  # an open file (binary), as faster-whisper's decode_audio takes
         source = source.read()
         if isinstance(source, str):
@@ -50,6 +52,8 @@ def load_audio(source: AudioInput, sample_rate: int | None = None) -> np.ndarray
                          else "pass e.g. 'talk.flac', or np.asarray(samples, dtype=np.float32) at 16 kHz (or with "
                               "sample_rate=)")
     path = check_audio_path(source)
+    if not path.is_file():  # a pipe or a FIFO: read once, whole (decoders seek)
+        return _decode(io.BytesIO(path.read_bytes()), str(path), suffix=path.suffix.lower())
     return _decode(path, str(path), suffix=path.suffix.lower())
 
 
@@ -67,7 +71,7 @@ def check_audio_path(source: str | os.PathLike[str]) -> Path:
     if path.is_dir():
         raise AudioError("expected an audio file, got a directory", where=str(path),
                          hint="pass the audio files inside it, e.g. DIR/*.flac")
-    if path.stat().st_size == 0:
+    if path.is_file() and path.stat().st_size == 0:  # a pipe (<(cat x.flac), a FIFO) has no size to tell
         raise AudioError("audio file is empty (0 bytes)", where=str(path), hint="re-record or re-export the file")
     if _mp3_through_libsndfile(path.suffix.lower()):
         _check_mpeg_audio(path, str(path))
@@ -84,6 +88,10 @@ def _decode(source: Path | io.BytesIO, where: str, suffix: str) -> np.ndarray:
     if suffix in _SOUNDFILE_SUFFIXES or suffix == "" or mp3:
         try:
             data, rate = read_soundfile(source, where)
+            # float files are read as they are stored: samples far outside [-1, 1] decoded to
+            # nonsense (every token "!") with exit 0
+            check_float_range(data, where, hint="the file stores float samples far outside [-1, 1]: re-export it "
+                                                "normalised, or as 16-bit PCM")
             return _normalise(data, rate, where)
         except NothingDecodes as exc:  # libsndfile knows the format: no other decoder is asked, but
             if suffix == "" and _av_installed():  # for bytes or a bare name, FFmpeg's may know it better
@@ -240,21 +248,24 @@ def _refuse_16_bit_values_in_wide_integers(data: np.ndarray, where: str) -> None
 MAX_FLOAT_PEAK = 16.0
 
 
-def check_float_range(samples: np.ndarray, where: str) -> None:
+def check_float_range(samples: np.ndarray, where: str,
+                      hint: str = "divide 16-bit samples by 32768 (or pass the int16 array itself, which is scaled)"
+                      ) -> None:
     """Refuse float samples far outside [-1, 1] (int16 values cast to float, the common mistake):
     Whisper's features assume that scale, and such audio decodes to nonsense without a word."""
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         peak = float(np.nanmax(np.abs(samples), initial=0.0)) if samples.size else 0.0
     if peak > MAX_FLOAT_PEAK and np.isfinite(peak):
-        raise AudioError(f"float samples reach {peak:g}: float audio must be in [-1, 1]", where=where,
-                         hint="divide 16-bit samples by 32768 (or pass the int16 array itself, which is scaled)")
+        raise AudioError(f"float samples reach {peak:g}: float audio must be in [-1, 1]", where=where, hint=hint)
 
 
 def _check(audio: np.ndarray, where: str) -> np.ndarray:
     if audio.size == 0:
         raise AudioError("audio has no samples (zero length)", where=where, hint="pass a file that contains sound")
     if not np.all(np.isfinite(audio)):
-        raise AudioError("audio contains NaN or infinite samples", where=where, hint="check the producer of the array")
+        raise AudioError("audio contains NaN or infinite samples", where=where,
+                         hint="check the producer of the array" if where == "array"
+                         else "the file holds samples that are not numbers: re-export it from its source")
     return np.ascontiguousarray(audio)
 
 

@@ -361,10 +361,28 @@ def _one_output_each(paths: list[str]) -> list[str]:
 
 
 def _skipped(output: Path) -> bool:
-    if output.exists():
-        print(f"{output} exists: skipped (--skip-existing)", file=sys.stderr)
+    if not output.exists():
+        return False
+    if not _whole(output):  # not written by us (ours are written whole, atomically): a 0-byte json was kept
+        print(f"{output} exists but is not a whole {output.suffix[1:]} output: transcribed again (--skip-existing)",
+              file=sys.stderr)
+        return False
+    print(f"{output} exists: skipped (--skip-existing)", file=sys.stderr)
+    return True
+
+
+def _whole(output: Path) -> bool:
+    """Whether an existing output is one this command could have written: JSON that parses to a
+    result, WebVTT with its header; txt and srt may be empty (a file without speech)."""
+    import json
+
+    if output.suffix not in (".json", ".vtt"):
         return True
-    return False
+    try:
+        text = output.read_text(encoding="utf-8")
+        return isinstance(json.loads(text), dict) if output.suffix == ".json" else text.startswith("WEBVTT")
+    except (OSError, ValueError):
+        return False
 
 
 def _print_stats(path: str, result) -> None:

@@ -15,6 +15,7 @@ from .errors import OptionError
 from .model_limits import MAX_POSITIONS
 
 TIME_PRECISION = 0.02
+MAX_HYPOTHESES = 64  # beam_size and best_of: hypotheses decoded side by side
 MAX_CHUNK_LENGTH = 30  # seconds: the encoder's input; a longer window would not be seen whole
 
 
@@ -23,6 +24,11 @@ def check_decoding_options(opts) -> None:
     ``TranscribeOptions``)."""
     for name in ("beam_size", "best_of", "batch_size", "language_detection_segments"):
         _integer(opts, name, minimum=1)
+    for name in ("beam_size", "best_of"):  # each is a hypothesis in memory: 100,000 took 24 GB and was killed
+        if getattr(opts, name) > MAX_HYPOTHESES:
+            raise OptionError(f"{name} must be at most {MAX_HYPOTHESES}, got {getattr(opts, name)}", where=name,
+                              hint="use e.g. 5 (faster-whisper's default beam); wider searches change little "
+                                   "and cost memory and time in proportion")
     _integer(opts, "no_repeat_ngram_size", minimum=0)
     if opts.max_new_tokens is not None:
         _integer(opts, "max_new_tokens", minimum=1)
@@ -57,6 +63,8 @@ def check_decoding_options(opts) -> None:
     if opts.hotwords is not None and not isinstance(opts.hotwords, str):
         raise OptionError(f"hotwords must be text, got {type(opts.hotwords).__name__}", where="hotwords",
                           hint="pass a string")
+    for name in ("initial_prompt", "prefix", "hotwords"):
+        _encodable(getattr(opts, name), name)
 
 
 def check_token_ids(opts, vocab_size: int) -> None:
@@ -112,6 +120,18 @@ def _integer(opts, name: str, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise OptionError(f"{name} must be an integer >= {minimum}, got {value!r}", where=name,
                           hint=f"use a whole number of at least {minimum}")
+
+
+def _encodable(text, name: str) -> None:
+    """Text the tokenizer can take: a lone surrogate (bytes that were not UTF-8, as a shell passes
+    them to Python) ended in the tokenizer's TypeError after the model had loaded."""
+    if isinstance(text, str):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise OptionError(f"{name} is not valid text: characters {exc.start}-{exc.end} are bytes that are not "
+                              "UTF-8", where=name, hint="pass UTF-8 text (check the terminal's or the file's "
+                                                        "encoding)") from None
 
 
 def _number(opts, name: str) -> None:

@@ -31,7 +31,8 @@ def check_decoding_options(args) -> CueOptions:
     TranscribeOptions(task=args.task, numerics=args.numerics, draft_len=args.draft_len, audio_ctx=args.audio_ctx,
                       temperature=args.temperature, seed=args.seed, timestamps=args.timestamps,
                       beam_size=args.beam_size, word_timestamps=args.word_timestamps,
-                      no_speech_threshold=args.no_speech_threshold, log_prob_threshold=args.log_prob_threshold)
+                      no_speech_threshold=args.no_speech_threshold, log_prob_threshold=args.log_prob_threshold,
+                      initial_prompt=args.initial_prompt, hotwords=getattr(args, "hotwords", None))
     return cues
 
 

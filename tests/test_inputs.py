@@ -484,3 +484,45 @@ def test_every_option_error_names_a_flag_that_exists():
     for field in dataclasses.fields(TranscribeOptions):
         named = option_where(field.name).split("(", 1)[1].rstrip(")")
         assert named == "Python API" or set(named.split("/")) <= flags, (field.name, named)
+
+
+def test_what_a_hostile_input_tester_found(tiny_model_dir, capsys, tmp_path, monkeypatch):
+    """Session 61's helper: threads and beams far too many (a segfault, a stall, 24 GB and an OOM
+    kill), a prompt of bytes that are not UTF-8 (the tokenizer's TypeError after the load), a float
+    WAV at 1e30 (exit 0 with "!!!!"), a pipe called empty, a text-mode file object (UnicodeDecodeError),
+    and --skip-existing keeping a 0-byte json: each a clear error, or done right, before any load."""
+    import os
+
+    jfk = BUNDLED_SAMPLE
+    for flags, said in ((["--threads", "100000"], "more than this machine can use"),
+                        (["--beam-size", "100000"], "beam_size must be at most 64"),
+                        (["--initial-prompt", "caf\udce9"], "bytes that are not UTF-8")):
+        rc, _, err = _cli(["transcribe", str(jfk), "--model", "no-such-model", *flags], capsys)
+        assert rc == 2 and said in err and "Traceback" not in err, (flags, err)
+    loud = np.zeros(SAMPLE_RATE, np.float32)
+    loud[100] = 1e30
+    sf.write(tmp_path / "loud.wav", loud, SAMPLE_RATE, subtype="FLOAT")
+    with pytest.raises(AudioError, match="float samples reach 1e\\+30") as info:
+        load_audio(tmp_path / "loud.wav")
+    assert "re-export" in info.value.hint
+    with pytest.raises(OptionError, match="hotwords is not valid text"):
+        from specwhisper.transcribe_options import TranscribeOptions
+
+        TranscribeOptions(hotwords="caf\udce9")
+    with pytest.raises(AudioError, match="text mode"), open(jfk, encoding="utf-8") as text:
+        load_audio(text)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    import threading
+
+    writer = threading.Thread(target=lambda: fifo.write_bytes(Path(jfk).read_bytes()), daemon=True)
+    writer.start()  # (its open waits for the reader's)
+    assert np.array_equal(load_audio(fifo), load_audio(jfk))  # was "audio file is empty (0 bytes)"
+    writer.join(timeout=30)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / f"{Path(jfk).stem}.json").write_text("")
+    rc, _, err = _cli(["transcribe", str(jfk), "--model", str(tiny_model_dir), "--threads", "2", "--skip-existing",
+                       "--output-format", "json", "--output-dir", str(out)], capsys)
+    assert rc == 0 and "not a whole json output: transcribed again" in err
+    assert json.loads((out / f"{Path(jfk).stem}.json").read_text())["text"]
