@@ -201,7 +201,7 @@ def check_engine_options(*, device, compute_type, threads, decoder_threads, enco
                               where=option_where(name), hint=hint)
         most = max_threads()
         if value is not None and value > most:  # 64 on 2 cores stalled for minutes, 100,000 crashed in CTranslate2
-            raise OptionError(f"{name.replace('_', ' ')}={value} is more than this machine can use: at most {most} "
+            raise OptionError(f"{name}={value} is more than this machine can use: at most {most} "
                               f"(twice its {os.cpu_count() or 1} cores)", where=option_where(name),
                               hint="use the cores the process may use (the default; specwhisper doctor says how many)")
     for name, value, choices in (("encoder", encoder, ENCODERS), ("batch_decoder", batch_decoder, BATCH_DECODERS)):
