@@ -25,6 +25,12 @@ def usable_cores() -> int:
     return max(1, min(cores, quota) if quota else cores)
 
 
+def max_threads() -> int:
+    """The most threads an engine takes: twice the machine's cores (threads beyond the cores spin
+    against each other in every call; far beyond them CTranslate2 stalls or crashes)."""
+    return 2 * (os.cpu_count() or 1)
+
+
 def default_threads(cap: int = DEFAULT_THREADS) -> int:
     """Threads for an engine whose caller gave none: ``cap``, or fewer where fewer cores are usable."""
     return max(1, min(cap, usable_cores()))

@@ -6,7 +6,6 @@ and check options without the engine; the hot loop then trusts them.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from numbers import Integral, Real
@@ -173,12 +172,6 @@ COMPUTE_TYPES = ("default", "auto", "int8", "int8_float32", "int8_float16", "int
                  "bfloat16", "float32", "float")
 
 
-def max_threads() -> int:
-    """The most threads an engine takes: twice the machine's cores (threads beyond the cores spin
-    against each other in every call; far beyond them CTranslate2 stalls or crashes)."""
-    return 2 * (os.cpu_count() or 1)
-
-
 def check_engine_options(*, device, compute_type, threads, decoder_threads, encoder, batch_decoder,
                          switches: dict | None = None) -> None:
     """``WhisperEngine``'s own options (and ``LoadedModel``'s, the same check), checked before
@@ -199,10 +192,12 @@ def check_engine_options(*, device, compute_type, threads, decoder_threads, enco
                                                          or value < 1):
             raise OptionError(f"{name.replace('_', ' ')} must be a whole number >= 1, got {value!r}",
                               where=option_where(name), hint=hint)
+        from .cores import max_threads
+
         most = max_threads()
         if value is not None and value > most:  # 64 on 2 cores stalled for minutes, 100,000 crashed in CTranslate2
             raise OptionError(f"{name}={value} is more than this machine can use: at most {most} "
-                              f"(twice its {os.cpu_count() or 1} cores)", where=option_where(name),
+                              f"(twice its {most // 2} cores)", where=option_where(name),
                               hint="use the cores the process may use (the default; specwhisper doctor says how many)")
     for name, value, choices in (("encoder", encoder, ENCODERS), ("batch_decoder", batch_decoder, BATCH_DECODERS)):
         if value not in choices:
