@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import warn_caller
+from .flac_end import ends_on_a_whole_frame
 
 
 class NothingDecodes(Exception):
@@ -49,11 +50,18 @@ def read_soundfile(source: Path | io.BytesIO, where: str) -> tuple[np.ndarray, i
         rate, channels, frames = f.samplerate, f.channels, f.frames
         if f.format == "MP3" and guessed_length:  # mpg123 guessed it from the first frame's bitrate: a
             frames = 0                            # whole VBR file "ended early"; a break still says so
-        blocks, error, lost = _read_blocks(f, BLOCK_FRAMES)
+        streamed_flac = f.format == "FLAC" and not 0 < frames < 1 << 62
+        room = _room_for(source, frames, channels)
+        blocks, error, lost = _read_blocks(f, BLOCK_FRAMES, room)
     if lost:
         more, error = _read_again_in_small_blocks(source, sum(map(len, blocks)), error)
         blocks += more
-    data = np.concatenate(blocks) if blocks else np.zeros((0, channels), np.float32)
+    if error is not None and streamed_flac and ends_on_a_whole_frame(source):
+        # libsndfile fails on the last block of a FLAC without its length, whole or cut; a whole
+        # one gives all but its last sample read a frame at a time, and is not called damaged
+        more, _ = _read_again_in_small_blocks(source, sum(map(len, blocks)), error, size=1)
+        blocks, error = blocks + more, None
+    data = _joined(blocks, room, channels)
     if error is not None and not len(data):
         raise NothingDecodes(_decoder_says(error))
     got_s = len(data) / rate
@@ -78,17 +86,43 @@ def _decoder_says(error: Exception) -> str:
     return text.removeprefix("Error : ").removeprefix("Error: ").rstrip(".")
 
 
-def _read_blocks(f, size: int) -> tuple[list[np.ndarray], Exception | None, bool]:
+# A header's length is believed (the samples read into one array it sizes) up to this many bytes
+# of float32 samples per byte of the file: low-bitrate MP3 or Vorbis expand 16-32 times, so a
+# header claiming more (a hostile or broken one) gets blocks joined at the end instead.
+MAX_EXPANSION = 64
+
+
+def _room_for(source: Path | io.BytesIO, frames: int, channels: int) -> np.ndarray | None:
+    """An array for the ``frames`` the header gives, or None where it gives none or more than
+    the file could hold. Blocks joined at the end took the audio's size twice at the peak (an
+    hour at 16 kHz: 460 MB for 230); an array's pages are taken only as samples are written."""
+    size = source.getbuffer().nbytes if isinstance(source, io.BytesIO) else source.stat().st_size
+    if not 0 < frames < 1 << 62 or frames * channels * 4 > MAX_EXPANSION * max(size, 1 << 20):
+        return None
+    return np.empty((frames, channels), np.float32)
+
+
+def _joined(blocks: list[np.ndarray], room: np.ndarray | None, channels: int) -> np.ndarray:
+    """The blocks as one array: the front of ``room`` where every block was read into it in turn."""
+    total = sum(map(len, blocks))
+    if room is not None and total <= len(room) and all(
+            np.shares_memory(block, room) for block in blocks):
+        return room[:total]
+    return np.concatenate(blocks) if blocks else np.zeros((0, channels), np.float32)
+
+
+def _read_blocks(f, size: int, room: np.ndarray | None = None) -> tuple[list[np.ndarray], Exception | None, bool]:
     """(blocks, error, lost) of ``f`` (a ``soundfile.SoundFile``) read ``size`` frames at a time
-    up to its end or a decoding error, which is returned, not raised. The frames the failing read
-    decoded are kept where its position says how many (a break can fall late in a block);
-    ``lost``: the position was lost too, and with it the frames of that read."""
+    up to its end or a decoding error, which is returned, not raised, into ``room`` while it has
+    space. The frames the failing read decoded are kept where its position says how many (a break
+    can fall late in a block); ``lost``: the position was lost too, and with it the frames of that read."""
     import soundfile as sf
 
     blocks: list[np.ndarray] = []
     done = 0
     while True:
-        out = np.zeros((size, f.channels), np.float32)
+        fits = room is not None and done < len(room)
+        out = room[done:done + size] if fits else np.zeros((size, f.channels), np.float32)
         try:
             n = len(f.read(out=out))
         except (sf.LibsndfileError, RuntimeError) as exc:
@@ -96,20 +130,20 @@ def _read_blocks(f, size: int) -> tuple[list[np.ndarray], Exception | None, bool
                 partial = f.tell() - done
             except (sf.LibsndfileError, RuntimeError):
                 partial = -1
-            if 0 < partial <= size:
+            if 0 < partial <= len(out):
                 blocks.append(out[:partial])
-            return blocks, exc, not 0 < partial <= size  # mpg123 gives up with its position unmoved
+            return blocks, exc, not 0 < partial <= len(out)  # mpg123 gives up with its position unmoved
         if n:
             blocks.append(out[:n])
             done += n
-        if n < size:
+        if n < len(out):
             return blocks, None, False
 
 
-def _read_again_in_small_blocks(source: Path | io.BytesIO, start: int,
-                                error: Exception) -> tuple[list[np.ndarray], Exception]:
-    """The frames from ``start`` to the break read again ``SMALL_BLOCK_FRAMES`` at a time, and
-    the error there (``error`` where the file cannot be opened and sought again)."""
+def _read_again_in_small_blocks(source: Path | io.BytesIO, start: int, error: Exception,
+                                size: int = SMALL_BLOCK_FRAMES) -> tuple[list[np.ndarray], Exception]:
+    """The frames from ``start`` to the break read again ``size`` at a time, and the error
+    there (``error`` where the file cannot be opened and sought again)."""
     import soundfile as sf
 
     if isinstance(source, io.BytesIO):
@@ -117,7 +151,7 @@ def _read_again_in_small_blocks(source: Path | io.BytesIO, start: int,
     try:
         with sf.SoundFile(source) as f:
             f.seek(start)
-            blocks, again, _ = _read_blocks(f, SMALL_BLOCK_FRAMES)
+            blocks, again, _ = _read_blocks(f, size)
     except (sf.LibsndfileError, RuntimeError):
         return [], error
     return blocks, again or error

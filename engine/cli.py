@@ -64,11 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "words may differ between the two numerics.")
     t.add_argument("audio", nargs="+", help="audio files (wav/flac/ogg/mp3; m4a/video with the [av] extra, which also decodes mp3)")
     add_model_args(t)
-    t.add_argument("--output-format", default="txt", choices=["txt", "json", "srt", "vtt"],
+    t.add_argument("-f", "--output-format", default="txt", choices=["txt", "json", "srt", "vtt"],
                    help="txt prints to stdout, each text under a '==> FILE <==' line where several files are given "
                         "(and with --output-dir also writes <stem>.txt); other formats write "
                         "<stem>.<fmt>")
-    t.add_argument("--output-dir", default=None, help="directory for output files (default: current directory "
+    t.add_argument("-o", "--output-dir", default=None, help="directory for output files (default: current directory "
                                                       "for json/srt/vtt)")
     t.add_argument("--skip-existing", action="store_true",
                    help="leave out inputs whose output file is already there (to finish an interrupted batch)")
@@ -217,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except MemoryError:  # a box with little memory: said, not a traceback (files written stay whole)
         print("error: out of memory\n  what to do: close other programs, or use a smaller model (--model "
-              "tiny.en), --threads 1, no --draft-model", file=sys.stderr)
+              "tiny.en), --threads 1, no --draft-model; a recording is held whole (about 0.35 GB an hour of "
+              "audio, beside the model's 0.5-1 GB): split a very long one", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # files written are whole, the one under way leaves nothing (io_utils)
         print("interrupted", file=sys.stderr)

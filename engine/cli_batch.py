@@ -17,9 +17,9 @@ def add_batch_parser(sub, add_model_args, add_decoding_args) -> None:
                     "Text is the same either way.")
     b.add_argument("inputs", nargs="+", help="audio files, folders (searched recursively), globs, or a .jsonl "
                                              "(objects with path, optional name) / .csv (header: path[,name]) manifest")
-    b.add_argument("--output-dir", required=True, help="where outputs go (on a cluster: storage every node "
+    b.add_argument("-o", "--output-dir", required=True, help="where outputs go (on a cluster: storage every node "
                                                        "writes to)")
-    b.add_argument("--output-format", default="json",
+    b.add_argument("-f", "--output-format", default="json",
                    help="comma-separated: txt, json (default), srt, vtt, parquet (one dataset: "
                         "DIR/transcripts.parquet/)")
     b.add_argument("--ray", default=None, metavar="ADDRESS|auto|local",

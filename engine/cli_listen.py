@@ -33,7 +33,7 @@ def add_listen_parser(sub, add_model_args) -> None:
     p.add_argument("--learn-save", default=None, help="write the learned token map here at the end (atomic)")
     p.add_argument("--language", default=None, help="language code (default: the token map's, else detected "
                                                     "per command)")
-    p.add_argument("--output-format", default="txt", choices=["txt", "json"],
+    p.add_argument("-f", "--output-format", default="txt", choices=["txt", "json"],
                    help="txt: one line per command; json: one JSON object per command")
     p.add_argument("--realtime", action="store_true", help="play a file or stdin at real time (default: as fast "
                                                            "as it is decoded)")

@@ -37,7 +37,7 @@ def add_stream_parser(sub, add_model_args) -> None:
                                                                   f"{MIN_STEP_S:g} to {MAX_STEP_S:g})")
     s.add_argument("--realtime", action="store_true", help="play a file or stdin at real time (default: "
                                                            "as fast as the passes run)")
-    s.add_argument("--output-format", default="txt", choices=["txt", "json"],
+    s.add_argument("-f", "--output-format", default="txt", choices=["txt", "json"],
                    help="txt: committed text as it comes; json: every event as a JSON line")
     s.add_argument("--no-speculation", action="store_true", help="plain greedy passes (the exactness oracle)")
     s.add_argument("--no-previous-pass", action="store_true", help="do not draft a pass from the one before")

@@ -72,3 +72,57 @@ def test_features_leave_no_blas_thread_spinning_and_keep_their_bits(monkeypatch)
     if busy < 0.03:
         pytest.skip(f"BLAS threads did not spin here even when spread ({busy * 1000:.0f} ms): nothing to compare")
     assert idle < 0.02, f"{idle * 1000:.0f} ms of CPU beside the features (spread over threads: {busy * 1000:.0f} ms)"
+
+
+def _whole_array_log_mel(audio: np.ndarray, n_mels: int, padding: int = 160) -> np.ndarray:
+    """The definition at full length, copies and all: the oracle of the block-wise features (the
+    filterbank product in the same blocks of frames, as BLAS rounds a product by its shape)."""
+    from specwhisper.features import _BLOCK
+
+    audio = np.pad(audio.astype(np.float32), (0, padding))
+    audio = np.pad(audio, (0, max(0, 201 - audio.size)))
+    padded = np.pad(audio, (200, 200), mode="reflect")
+    n_frames = (padded.size - 400) // 160
+    frames = np.stack([padded[i * 160:i * 160 + 400] for i in range(n_frames)])
+    window = np.hanning(401)[:-1].astype(np.float32)
+    power = (np.abs(np.fft.rfft(frames * window, axis=-1).astype(np.complex64)) ** 2).T
+    product = np.concatenate([mel_filters(n_mels) @ power[:, i:i + _BLOCK] for i in range(0, n_frames, _BLOCK)]
+                             or [np.zeros((n_mels, 0), np.float32)], axis=1)
+    log_spec = np.log10(np.maximum(product, 1e-10))
+    return ((np.maximum(log_spec, log_spec.max() - 8.0) + 4.0) / 4.0).astype(np.float32)
+
+
+def test_block_wise_features_equal_the_whole_array_definition_at_every_edge():
+    """The reflected edges and the zero tail are made for the edge blocks alone (no padded copy of
+    the waveform): the same bits as the definition, for lengths around a frame, a hop and a block."""
+    from specwhisper.features import _BLOCK, HOP_LENGTH
+
+    rng = np.random.default_rng(3)
+    for length in (0, 1, 40, 200, 201, 399, 400, 401, 16000, _BLOCK * HOP_LENGTH - 1,
+                   _BLOCK * HOP_LENGTH, _BLOCK * HOP_LENGTH + 241, 2 * _BLOCK * HOP_LENGTH + 159):
+        audio = (0.1 * rng.standard_normal(length)).astype(np.float32)
+        for n_mels, padding in ((80, 160), (128, 0)):
+            ours = log_mel_spectrogram(audio, n_mels=n_mels, padding=padding)
+            expected = _whole_array_log_mel(audio, n_mels, padding)
+            assert ours.shape == expected.shape, (length, padding)
+            assert np.array_equal(ours, expected), (length, padding, np.abs(ours - expected).max())
+
+
+def test_long_features_take_no_copy_of_the_waveform():
+    """Ten more minutes of audio raise the peak by their features (19 MB), not by padded copies
+    of the waveform: those took three times its size again (an hour: 1.0 GB at the peak for
+    345 MB of waveform and features; 9 hours ran out of memory in 24 GB)."""
+    import tracemalloc
+
+    peaks, sizes = [], []
+    for minutes in (10, 20):
+        audio = np.zeros(minutes * 60 * 16000, np.float32)
+        audio[::7] = 0.01
+        tracemalloc.start()
+        try:
+            sizes.append(log_mel_spectrogram(audio).nbytes)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    grew, features_grew = peaks[1] - peaks[0], sizes[1] - sizes[0]
+    assert grew < 1.5 * features_grew, f"peak grew {grew / 1e6:.0f} MB for {features_grew / 1e6:.0f} MB of features"

@@ -174,6 +174,61 @@ def test_cut_wav_and_mp3_warn_in_the_same_words(tmp_path):
     assert 0.3 < cut.size / (4 * audio.size) < 0.7
 
 
+def test_a_long_file_is_read_into_one_array_of_its_length(tmp_path):
+    """A file is read block by block (what decodes before a break is kept), into one array its
+    header sizes: blocks joined at the end took the audio's size twice at the peak. The samples
+    are libsndfile's own, for WAV and FLAC and for a FLAC streamed without its length."""
+    import tracemalloc
+
+    rng = np.random.default_rng(5)
+    peaks, sizes = [], []
+    for minutes in (5, 10):
+        path = tmp_path / f"{minutes}.wav"
+        sf.write(path, (0.1 * rng.standard_normal(minutes * 60 * SAMPLE_RATE)).astype(np.float32), SAMPLE_RATE,
+                 subtype="PCM_16")
+        tracemalloc.start()
+        try:
+            audio = load_audio(path)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        sizes.append(audio.nbytes)
+        assert np.array_equal(audio, sf.read(path, dtype="float32")[0])
+    grew, audio_grew = peaks[1] - peaks[0], sizes[1] - sizes[0]
+    assert grew < 1.3 * audio_grew, f"peak grew {grew / 1e6:.0f} MB for {audio_grew / 1e6:.0f} MB of samples"
+    flac = tmp_path / "long.flac"
+    sf.write(flac, sf.read(tmp_path / "5.wav", dtype="int16")[0][:70 * SAMPLE_RATE + 123], SAMPLE_RATE)
+    assert np.array_equal(load_audio(flac), sf.read(flac, dtype="float32")[0])
+
+
+def test_a_flac_written_to_a_pipe_is_whole_and_a_cut_one_is_said(tmp_path):
+    """A FLAC written to a pipe (``ffmpeg ... -f flac -``) has no length in its header, and
+    libsndfile fails on its last block whole or cut: a whole one was called "cut short or
+    damaged" and lost up to 64 ms. Its last frame's CRC now tells: whole, all but its last sample
+    and no warning; cut inside a frame, the warning as before."""
+    import warnings
+
+    rng = np.random.default_rng(6)
+    flac = tmp_path / "whole.flac"
+    sf.write(flac, (3000 * rng.standard_normal(70 * SAMPLE_RATE + 123)).astype(np.int16), SAMPLE_RATE)
+    expected = sf.read(flac, dtype="float32")[0]
+    piped = bytearray(flac.read_bytes())
+    piped[8 + 13:8 + 18] = bytes([piped[8 + 13] & 0xF0, 0, 0, 0, 0])  # STREAMINFO's total samples: unknown
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for source in (bytes(piped), _written(tmp_path / "piped.flac", piped)):
+            audio = load_audio(source)
+            assert expected.size - 1 <= audio.size <= expected.size
+            assert np.array_equal(audio, expected[:audio.size])
+    with pytest.warns(UserWarning, match=r"cut short or damaged after 69\.\d s"):
+        assert load_audio(bytes(piped[:-100])).size < expected.size - 1000
+
+
+def _written(path: Path, data: bytes | bytearray) -> Path:
+    path.write_bytes(bytes(data))
+    return path
+
+
 def test_pyav_decodes_a_cut_file_as_far_as_it_goes(shared_data, tmp_path):
     """With the [av] extra, formats libsndfile is not given (an MP3, a name it does not know) go to
     PyAV: a stream that breaks off keeps what decoded before the break, with the same warning."""

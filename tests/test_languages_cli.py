@@ -94,3 +94,10 @@ def test_an_unknown_option_is_named_by_its_commands_usage(capsys):
     with pytest.raises(SystemExit):
         main(["transcribe", "x.wav", "--word-timestamps", "True"])
     assert "on/off options take no value" in capsys.readouterr().err
+    # openai-whisper's short flags for the output folder and format mean the same here
+    from specwhisper.cli import build_parser
+
+    args = build_parser().parse_args(["transcribe", "x.wav", "-o", "out", "-f", "srt"])
+    assert (args.output_dir, args.output_format) == ("out", "srt")
+    args = build_parser().parse_args(["batch", "x.wav", "-o", "out", "-f", "vtt"])
+    assert (args.output_dir, args.output_format) == ("out", "vtt")
