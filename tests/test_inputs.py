@@ -515,6 +515,9 @@ def test_float_samples_far_outside_one_are_refused(base_engine):
         base_engine.stream("en").feed(wave * 1000)
     assert load_audio(wave * 3).size == SAMPLE_RATE  # +10 dB past full scale: taken as it is
     assert load_audio((wave * 32767).astype(np.int16)).max() < 1  # integer PCM is scaled
+    for bad in (np.nan, np.inf, -np.inf):  # found by the extremes, without a mask of the whole length
+        with pytest.raises(AudioError, match="NaN or infinite"):
+            load_audio(np.where(np.arange(wave.size) == 4321, bad, wave).astype(np.float32))
 
 
 def test_cli_subprocess_reports_without_traceback(tmp_path):
