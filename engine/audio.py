@@ -67,6 +67,9 @@ def check_audio_path(source: str | os.PathLike[str]) -> Path:
             raise AudioError("transcribe reads files, not standard input", where="-",
                              hint="save the audio to a file, or stream PCM on stdin with `specwhisper stream -` "
                                   "(or `listen -`)")
+        if path.is_symlink():
+            raise AudioError("audio file not found: a symbolic link whose target is missing or leads back to itself",
+                             where=str(path), hint=f"check the link (ls -l {path})")
         raise AudioError("audio file not found", where=str(path), hint="check the path")
     if path.is_dir():
         raise AudioError("expected an audio file, got a directory", where=str(path),

@@ -30,11 +30,15 @@ class _Parser(argparse.ArgumentParser):
     whole usage before it (29 lines for ``transcribe``) buried that line. Subcommands' parsers are
     made of this class too (``add_subparsers`` uses the parent's)."""
 
+    words: list[str] = []  # the command line (main sets it): a file named like an option is told apart
+
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n  what to do: {self._advice(message)}see '{self.prog} --help'\n")
 
     def _advice(self, message: str) -> str:
         """What openai-whisper's users type that this command line spells otherwise (a helper as one)."""
+        if dashed := [w for w in self.words if w.startswith("-") and Path(w).is_file()]:
+            return f"a file whose name starts with '-' goes after '--' or as ./{dashed[0]}; "
         if not message.startswith("unrecognized arguments:"):
             return ""
         words = message.split(":", 1)[1].split()
@@ -199,6 +203,7 @@ def _replace_what_the_terminal_cannot_print() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    _Parser.words = list(sys.argv[1:] if argv is None else argv)
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # named by the command's own usage (argparse names the top level's, which lists no option)
         (parser.command_parsers.get(args.command) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -27,6 +27,10 @@ def _cli(args, capsys) -> tuple[int, str, str]:
 def test_missing_file(base_model_dir, capsys, tmp_path):
     rc, out, err = _cli(["transcribe", str(tmp_path / "nope.wav"), "--model", str(base_model_dir)], capsys)
     assert rc != 0 and "audio file not found" in err and "nope.wav" in err and "Traceback" not in err
+    (tmp_path / "a.flac").symlink_to(tmp_path / "b.flac")  # a link that leads back to itself: not "not found" alone
+    (tmp_path / "b.flac").symlink_to(tmp_path / "a.flac")
+    rc, out, err = _cli(["transcribe", str(tmp_path / "a.flac"), "--model", str(base_model_dir)], capsys)
+    assert rc != 0 and "symbolic link whose target is missing or leads back to itself" in err
 
 
 def test_directory_is_refused(tmp_path):

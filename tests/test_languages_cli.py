@@ -101,3 +101,14 @@ def test_an_unknown_option_is_named_by_its_commands_usage(capsys):
     assert (args.output_dir, args.output_format) == ("out", "srt")
     args = build_parser().parse_args(["batch", "x.wav", "-o", "out", "-f", "vtt"])
     assert (args.output_dir, args.output_format) == ("out", "vtt")
+
+
+def test_a_file_named_like_an_option_is_told_how_to_pass(capsys, tmp_path, monkeypatch):
+    """`transcribe -x.flac` said "the following arguments are required: audio" and nothing of why."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-x.flac").write_bytes(b"fLaC")
+    for argv in (["transcribe", "-x.flac"], ["transcribe", "other.flac", "-x.flac"]):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 2
+        assert "a file whose name starts with '-' goes after '--' or as ./-x.flac" in capsys.readouterr().err
