@@ -15,7 +15,7 @@ def run_doctor(model: str | None, compute_type: str, threads: int, batch_decoder
     import ctranslate2
 
     from .backend import step_api_available
-    from .cores import usable_cores
+    from .cores import default_threads, max_threads, usable_cores
     from .measure_cache import kernel_env
 
     print(f"specwhisper {__version__} on Python {sys.version.split()[0]}, {platform.platform()}")
@@ -31,7 +31,8 @@ def run_doctor(model: str | None, compute_type: str, threads: int, batch_decoder
     build = "a CUDA build" if cuda_types else ("no CUDA device seen" if not n_cuda else "no CUDA support in this build")
     print(f"CUDA devices: {n_cuda} ({build}{': ' + ', '.join(cuda_types) if cuda_types else ''})")
     print(f"cores this process may use: {usable_cores()} of the machine's {os.cpu_count()} (affinity, cgroup "
-          f"quota); threads default to them, at most 4 on the command line and 2 in Python")
+          f"quota); threads default to {default_threads(4)} on the command line (the cores, up to 4) and "
+          f"{default_threads()} in Python (up to 2), and take at most {max_threads()} (twice the cores)")
     print(f"kernel settings (part of the numerics; read once per process): {kernel_env()}")
     print(f"encoder backends: {_graph_backends_line()}")
     print(f"model cache: {model_store.models_dir()} ({_cache_state(model_store.models_dir())})")

@@ -101,11 +101,21 @@ def _interactive() -> bool:
 
 
 def cache_get(key: str):
-    """A value of the self-test cache (None when absent or the cache is off)."""
+    """A value of the self-test cache (None when absent or the cache is off): the model cache's,
+    and the user's own only where the model cache cannot be written (where ``cache_put`` keeps
+    measurements then). A writable SPECWHISPER_CACHE read the user's folder too, and took the
+    measurements of another installation (another venv, another version) without a word."""
+    from .io_utils import probe_folder
+
     for cache in _cache_paths():
         value = _read_cache(cache).get(key)
         if value is not None:
             return value
+        try:
+            probe_folder(cache.parent)
+            return None  # measured here, so read from here only
+        except OSError:
+            continue
     return None
 
 

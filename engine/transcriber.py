@@ -782,7 +782,30 @@ def _tokenmap_language(tmap, tokenizer) -> str | None:
         raise TokenMapError(f"token map records language {language!r}, which this model does not know",
                             where=tmap.source, hint="rebuild it with: specwhisper tokenmap build ... "
                                                     "--language CODE (or --language none)") from None
+    if language == "en" and (why := _not_english_text(tmap, tokenizer)) is not None:
+        warnings.warn(f"token map {tmap.source} records English, but its text is not ({why}): a map built without "
+                      "--language by a version that did not ask; its language is not used (detected instead). "
+                      "Rebuild it with --language CODE", stacklevel=3)
+        return None
     return language
+
+
+# The most frequent tokens of a map whose script is looked at: enough to tell Japanese from
+# English, cheap at load (decoding one token takes microseconds).
+LANGUAGE_CHECK_TOKENS = 2000
+
+
+def _not_english_text(tmap, tokenizer) -> str | None:
+    """Why a map's own tokens cannot be English text (most letters outside the Latin alphabets),
+    or None. Builds of earlier versions recorded English for any transcripts given without
+    ``--language``, and decoding Japanese speech in English came out as a translation."""
+    from specwhisper.tokenmap.corpus import why_not_english
+
+    arrays = tmap.arrays
+    tokens = arrays.token[1:]
+    ordinary = tokens < tokenizer.special.eot
+    top = np.argsort(-arrays.count[1:][ordinary], kind="stable")[:LANGUAGE_CHECK_TOKENS]
+    return why_not_english([tokenizer.decode([int(t)]) for t in np.unique(tokens[ordinary][top])])
 
 
 def _no_drafts_because(opts: TranscribeOptions) -> str | None:

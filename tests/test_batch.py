@@ -481,6 +481,22 @@ def test_every_batch_option_is_either_in_the_resume_key_or_speed_only():
     assert not set(TEXT_OPTIONS) & set(SPEED_OPTIONS)
 
 
+def test_the_resume_key_holds_the_options_changed_from_their_defaults_only(monkeypatch):
+    """An upgrade that added options to the key (at defaults that keep the text) redid a whole
+    archive: the key holds only options that differ from their defaults, so it does not move."""
+    import specwhisper.batch.ledger as ledger
+    from specwhisper.batch import batch_settings
+
+    defaults = vars(batch_settings())
+    assert ledger.settings_key(defaults) == ledger.settings_key({})
+    assert ledger.settings_key({"language": "de"}) == ledger.settings_key({**defaults, "language": "de"})
+    assert ledger.settings_key({"language": "de"}) != ledger.settings_key({})
+    assert ledger.settings_key({"seed": 7}) != ledger.settings_key({"seed": 8})
+    before = ledger.settings_key({**defaults, "beam_size": 5})
+    monkeypatch.setattr(ledger, "TEXT_OPTIONS", ledger.TEXT_OPTIONS + ("an_option_of_a_later_version",))
+    assert ledger.settings_key({**defaults, "beam_size": 5}) == before
+
+
 @pytest.mark.full
 def test_every_shared_clip_on_ray_equals_the_local_runs(local_ray, tmp_path, shared_data, tiny_model_dir):
     """The real and read sets and the long-form files (the latter also in pieces of 60 s) on Ray with

@@ -112,3 +112,20 @@ def test_a_file_named_like_an_option_is_told_how_to_pass(capsys, tmp_path, monke
             main(argv)
         assert info.value.code == 2
         assert "a file whose name starts with '-' goes after '--' or as ./-x.flac" in capsys.readouterr().err
+
+
+def test_a_map_that_records_english_for_text_that_is_not_is_not_trusted(base_engine, tmp_path):
+    """Maps that earlier versions built from Japanese lines without ``--language`` record English;
+    transcribing with one decoded Japanese speech in English (a translation, without a word). At load
+    its own tokens say otherwise: warned, and the language is detected instead."""
+    from specwhisper import WhisperEngine
+    from specwhisper.tokenmap import build_token_map
+
+    path = tmp_path / "ja_recorded_en.tmap"
+    build_token_map(JAPANESE, base_engine.tokenizer, language="en").save(path)
+    with pytest.warns(UserWarning, match="records English, but its text is not .* Latin alphabet"):
+        engine = WhisperEngine(loaded=base_engine.lm, tokenmap=str(path))
+    assert engine.tokenmap_language is None
+    english = tmp_path / "en.tmap"
+    build_token_map(["turn on the kitchen lights", "turn off the kitchen lights"] * 3, base_engine.tokenizer).save(english)
+    assert WhisperEngine(loaded=base_engine.lm, tokenmap=str(english)).tokenmap_language == "en"

@@ -91,6 +91,12 @@ def test_a_cache_that_cannot_be_written_is_a_clear_error_and_keeps_measurements_
     assert main(["doctor"]) == 0  # says so before a pull fails, and where measurements go instead
     said = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("model cache:"))
     assert "CANNOT BE WRITTEN" in said and "a-file is a file" in said and str(tmp_path / "xdg") in said
+    # a model cache that can be written keeps its own measurements, and another installation's are
+    # not read from the user's folder (they were, without a word: another venv's choices)
+    monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path / "own"))
+    assert cache_get("probe|key") is None
+    cache_put("probe|key", 18)
+    assert cache_get("probe|key") == 18 and '"probe|key": 18' in (tmp_path / "own" / "selftest.json").read_text()
 
 
 def test_a_missing_folder_and_an_unpulled_hub_model_are_said_as_such(tmp_path, monkeypatch, capsys):

@@ -11,6 +11,7 @@ recorded runs the input again."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -37,9 +38,21 @@ SPEED_OPTIONS = ("tokenmap", "draft_len", "prompt_lookup", "draft_model", "learn
 
 
 def settings_key(settings: dict) -> str:
-    """A digest of the text-deciding options (missing ones count as None)."""
-    chosen = {name: settings.get(name) for name in TEXT_OPTIONS}
+    """A digest of the text-deciding options that differ from ``batch``'s defaults (a missing one
+    counts as its default). Options left at their defaults stay out of it, so that a version that
+    adds an option (its default keeping the text as it was) finds the records of the version before:
+    with every option in the key, an upgrade redid a whole archive without a word."""
+    defaults = _batch_defaults()
+    chosen = {name: value for name in TEXT_OPTIONS if (value := settings.get(name, defaults.get(name)))
+              != defaults.get(name)}
     return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def _batch_defaults() -> dict:
+    from . import batch_settings
+
+    return vars(batch_settings())
 
 
 # Not ``.json``: an input's record is ``<name>.json`` for any name an input may have.
