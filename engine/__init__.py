@@ -5,7 +5,7 @@
     result = engine.transcribe("audio.flac")  # text, tokens, language, timings, stats
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from .no_telemetry import quiet_onnxruntime  # noqa: E402  (before anything loads ONNX Runtime)
 
