@@ -16,6 +16,7 @@ from .cli_batch import add_batch_parser, run_batch_command
 from .cli_fw import add_fw_args
 from .cli_listen import add_listen_parser, run_listen
 from .cli_stream import add_stream_parser, run_stream
+from .cli_streams import StdoutFailed, drop_stdout, guard_streams
 from .cores import default_threads
 from .encoders import ENCODERS
 from .errors import SpecWhisperError
@@ -213,10 +214,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     warnings.simplefilter("default")
     warnings.formatwarning = lambda msg, *a, **k: f"warning: {msg}\n"
+    restore_streams = guard_streams()
     notes = _say_notes_on_a_terminal()
     previous = on_sigterm_unwind()
     try:
-        return _dispatch(args)
+        code = _dispatch(args)
+        sys.stdout.flush()  # a full stdout fails here, not in the interpreter's exit
+        return code
+    except StdoutFailed as exc:
+        drop_stdout()  # what is still buffered would fail again as the interpreter exits
+        if exc.reader_left:  # output piped into head & co.
+            return 0
+        print(f"error: {exc.message()}", file=sys.stderr)
+        return 1
     except SpecWhisperError as exc:
         print(f"error: {exc.message()}", file=sys.stderr)
         return 2
@@ -231,10 +241,11 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated:
         print("terminated", file=sys.stderr)
         return 143
-    except BrokenPipeError:  # output piped into head & co.
-        sys.stderr.close()
+    except BrokenPipeError:  # output piped into head & co. (written past the guard: a child's stdout)
+        drop_stdout()
         return 0
     finally:
+        restore_streams()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         if notes is not None:

@@ -119,3 +119,28 @@ def test_bad_thread_counts_and_unwritable_learn_save_are_refused_before_any_work
                "--model", str(tmp_path / "no-such-model")])
     err = capsys.readouterr().err
     assert rc == 2 and "cannot write the learned token map" in err and "--learn-save" in err
+
+
+def test_standard_streams_that_fail_as_a_script_meets_them(tiny_model_dir, shared_data, tmp_path, monkeypatch, capsys):
+    """A shell-script user: ``2>&1 | head -1`` (stderr closed by its reader) ended the run at the next
+    progress line with exit 0 and one of two files written; ``> /dev/full`` printed a traceback;
+    ``>&-`` lost the text with exit 0. Diagnostics that cannot be written are dropped and the work goes
+    on; a stdout that cannot take the text is one error, exit 1."""
+    clip = shared_data / "real/audio/jfk.flac"
+    inputs = [tmp_path / f"clip{i}.flac" for i in range(2)]
+    for path in inputs:
+        shutil.copy(clip, path)
+    args = ["transcribe", *map(str, inputs), "--model", str(tiny_model_dir), "--language", "en", "--threads", "2",
+            "--encoder", "ct2"]
+    out = tmp_path / "out"
+    proc = subprocess.Popen(_cli(*args, "-f", "json", "-o", str(out)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc.stderr.close()  # the reader of stderr is gone before the first line
+    assert proc.wait(300) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["clip0.json", "clip1.json"]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(_cli(*args), stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+    assert "error: cannot write to standard output: No space left on device" in done.stderr
+    monkeypatch.setattr(sys, "stdout", None)  # what Python makes of a closed descriptor 1 (>&-)
+    assert main(args[:2] + args[3:]) == 1
+    assert "standard output is closed" in capsys.readouterr().err

@@ -1,0 +1,112 @@
+"""The command line's standard streams as a script sees them: stderr carries notes and progress,
+stdout the product.
+
+A closed or full stderr (``2>&1 | head -1``, ``2>/dev/full``) raised at the next progress line and
+ended a batch after one or two of its files, with exit 0: diagnostics that cannot be written are
+dropped and the work goes on. A stdout that cannot take the product (``> /dev/full``, ``>&-``)
+printed a traceback or lost the text with exit 0: it is one error, exit 1. A stdout closed by its
+reader (``| head``) ends the run quietly with exit 0, as before.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+
+
+class StdoutFailed(Exception):
+    """stdout could not take what was written (``error``: the OSError)."""
+
+    def __init__(self, error: OSError):
+        super().__init__(str(error))
+        self.error = error
+
+    @property
+    def reader_left(self) -> bool:
+        """The reader closed the pipe (``| head``): not a failure of the run."""
+        return isinstance(self.error, BrokenPipeError) or self.error.errno == errno.EPIPE
+
+    def message(self) -> str:
+        return (f"cannot write to standard output: {self.error.strerror or self.error}\n  what to do: send the "
+                "output to a file or a pipe that takes it, or write files with --output-dir")
+
+
+class _Diagnostics:
+    """stderr that drops what it cannot write (and everything after) instead of raising."""
+
+    def __init__(self, stream):
+        self._stream, self._lost = stream, False
+
+    def write(self, text: str) -> int:
+        if not self._lost:
+            try:
+                return self._stream.write(text)
+            except (OSError, ValueError):
+                self._lost = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._lost:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self._lost = True
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+class _Product:
+    """stdout whose failures are ``StdoutFailed`` (a closed stdout, None in Python, fails at its
+    first write instead of taking the text without a word)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        if self._stream is None:
+            raise StdoutFailed(OSError(errno.EBADF, "standard output is closed"))
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise StdoutFailed(exc) from None
+
+    def flush(self) -> None:
+        if self._stream is not None:
+            try:
+                self._stream.flush()
+            except OSError as exc:
+                raise StdoutFailed(exc) from None
+
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()
+
+    def __getattr__(self, name: str):
+        if self._stream is None:
+            raise AttributeError(name)
+        return getattr(self._stream, name)
+
+
+def guard_streams():
+    """Put the guarded streams in place; returns what puts the originals back."""
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout = _Product(stdout)  # type: ignore[assignment]
+    if stderr is not None:
+        sys.stderr = _Diagnostics(stderr)  # type: ignore[assignment]
+
+    def restore() -> None:
+        sys.stdout, sys.stderr = stdout, stderr
+
+    return restore
+
+
+def drop_stdout() -> None:
+    """Point the process's stdout at /dev/null: text still buffered for a stdout that failed
+    would fail again (and print "Exception ignored") when the interpreter flushes it at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no stdout at all, or one without a descriptor
+        pass
