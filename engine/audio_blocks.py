@@ -46,7 +46,7 @@ def read_soundfile(source: Path | io.BytesIO, where: str) -> tuple[np.ndarray, i
 
     with (open(source, "rb") if isinstance(source, Path) else _rewound(source)) as raw:
         guessed_length = not states_its_length(raw)  # only an MP3 without a Xing/Info/VBRI frame uses it
-    with sf.SoundFile(source) as f:
+    with sf.SoundFile(_opened_by_name(source)) as f:
         rate, channels, frames = f.samplerate, f.channels, f.frames
         if f.format == "MP3" and guessed_length:  # mpg123 guessed it from the first frame's bitrate: a
             frames = 0                            # whole VBR file "ended early"; a break still says so
@@ -68,6 +68,13 @@ def read_soundfile(source: Path | io.BytesIO, where: str) -> tuple[np.ndarray, i
     promised_s = _promised_seconds(source, frames / rate if 0 < frames < 1 << 62 else None, got_s)
     warn_if_cut_short(where, got_s, promised_s, _decoder_says(error) if error else None)
     return data, rate
+
+
+def _opened_by_name(source: Path | io.BytesIO) -> bytes | io.BytesIO:
+    """What libsndfile opens: a path as the bytes the file system holds (soundfile encoded names
+    as UTF-8 strictly, and a name in Latin-1 bytes, ``lat\\xe9.flac``, was "cannot decode audio ...
+    surrogates not allowed": the file called damaged for its name)."""
+    return os.fsencode(source) if isinstance(source, Path) else source
 
 
 def _promised_seconds(source: Path | io.BytesIO, header_s: float | None, got_s: float) -> float | None:
@@ -149,7 +156,7 @@ def _read_again_in_small_blocks(source: Path | io.BytesIO, start: int, error: Ex
     if isinstance(source, io.BytesIO):
         source.seek(0)
     try:
-        with sf.SoundFile(source) as f:
+        with sf.SoundFile(_opened_by_name(source)) as f:
             f.seek(start)
             blocks, again, _ = _read_blocks(f, size)
     except (sf.LibsndfileError, RuntimeError):

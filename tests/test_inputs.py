@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -588,3 +589,21 @@ def test_what_a_hostile_input_tester_found(tiny_model_dir, capsys, tmp_path, mon
                        "--output-format", "json", "--output-dir", str(out)], capsys)
     assert rc == 0 and "not a whole json output: transcribed again" in err
     assert json.loads((out / f"{Path(jfk).stem}.json").read_text())["text"]
+
+
+def test_a_file_whose_name_is_not_utf8_is_read(shared_data, tmp_path):
+    """A name in Latin-1 bytes (``lat\\xe9.flac``, as older systems and archives write them) was
+    "cannot decode audio: ... surrogates not allowed ... the file may be damaged": soundfile encodes
+    names as UTF-8 strictly: libsndfile gets the name's bytes (PyAV reads such names itself)."""
+    import os
+
+    path = Path(os.fsdecode(bytes(tmp_path) + b"/lat\xe9.flac"))
+    shutil.copy(shared_data / "real/audio/jfk.flac", path)
+    expected = load_audio(shared_data / "real/audio/jfk.flac")
+    assert np.array_equal(load_audio(path), expected)
+    import importlib.util
+
+    if importlib.util.find_spec("av") is not None:  # the [av] extra
+        from specwhisper.audio import _decode_with_av
+
+        assert abs(_decode_with_av(path, str(path)).size - expected.size) < 1600
