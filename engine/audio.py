@@ -34,7 +34,9 @@ def load_audio(source: AudioInput, sample_rate: int | None = None) -> np.ndarray
         return _normalise(source, SAMPLE_RATE if sample_rate is None else sample_rate, "array")
     if isinstance(source, io.TextIOBase):  # its read() fails on the first byte that is not UTF-8
         raise AudioError("the file object is open in text mode", where="audio", hint="open it with mode 'rb'")
+    where = "bytes input"
     if hasattr(source, "read"):  # an open file (binary), as faster-whisper's decode_audio takes
+        where = name if isinstance(name := getattr(source, "name", None), str) else where  # errors name the file
         source = source.read()
         if isinstance(source, str):
             raise AudioError("the file object is open in text mode", where="audio",
@@ -42,8 +44,8 @@ def load_audio(source: AudioInput, sample_rate: int | None = None) -> np.ndarray
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
         if not data:
-            raise AudioError("audio bytes are empty", where="bytes input", hint="pass the contents of an audio file")
-        return _decode(io.BytesIO(data), "bytes input", suffix="")
+            raise AudioError("audio bytes are empty", where=where, hint="pass the contents of an audio file")
+        return _decode(io.BytesIO(data), where, suffix="")
     if not isinstance(source, (str, os.PathLike)):
         pair = isinstance(source, tuple) and len(source) == 2 and isinstance(source[1], (int, np.integer))
         raise AudioError(f"audio must be a path, bytes, a binary file object or a numpy array of samples, got "
@@ -64,9 +66,8 @@ def check_audio_path(source: str | os.PathLike[str]) -> Path:
     path = Path(source)
     if not path.exists():
         if str(source) == "-":
-            raise AudioError("transcribe reads files, not standard input", where="-",
-                             hint="save the audio to a file, or stream PCM on stdin with `specwhisper stream -` "
-                                  "(or `listen -`)")
+            raise AudioError("'-' is no file here: audio piped in is read by the command line", where="-",
+                             hint="pass the audio's bytes (sys.stdin.buffer.read()), or use `specwhisper transcribe -`")
         if path.is_symlink():
             raise AudioError("audio file not found: a symbolic link whose target is missing or leads back to itself",
                              where=str(path), hint=f"check the link (ls -l {path})")
@@ -132,9 +133,11 @@ def _decode_with_av(source: Path | io.BytesIO, where: str, tried_soundfile: bool
         import av
     except ImportError:
         if isinstance(source, io.BytesIO):  # raw samples are the usual mistake here, not an mp3
+            raw = ("`specwhisper stream -` reads raw 16 kHz 16-bit mono PCM" if where == "standard input"
+                   else "raw 16-bit PCM is np.frombuffer(data, np.int16) (16 kHz mono)")
             raise AudioError(f"these bytes are not {_soundfile_formats()}, and other formats need PyAV, which is "
-                             "not installed", where=where, hint="bytes are an audio file's contents; raw 16-bit PCM "
-                             "is np.frombuffer(data, np.int16) (16 kHz mono), or pip install 'specwhisper[av]'") from None
+                             "not installed", where=where, hint=f"bytes are an audio file's contents; {raw}, "
+                             "or pip install 'specwhisper[av]'") from None
         what = f"not {_soundfile_formats()}" if tried_soundfile else f"a {source.suffix} file"
         raise AudioError(f"{what}, and other formats need PyAV, which is not installed", where=where,
                          hint="pip install 'specwhisper[av]', or convert the file to WAV/FLAC") from None

@@ -16,7 +16,7 @@ from .cli_batch import add_batch_parser, run_batch_command
 from .cli_fw import add_fw_args
 from .cli_listen import add_listen_parser, run_listen
 from .cli_stream import add_stream_parser, run_stream
-from .cli_streams import StdoutFailed, drop_stdout, guard_streams
+from .cli_streams import STDIN, StdoutFailed, drop_stdout, guard_streams, output_name, read_standard_input
 from .cores import default_threads
 from .encoders import ENCODERS
 from .errors import SpecWhisperError
@@ -320,15 +320,18 @@ def _transcribe(args) -> int:
                                hint="add --output-dir DIR or --output-format json|srt|vtt")
     inputs = args.audio if out_dir is None else _one_output_each(args.audio)
     inputs = [path for path in inputs
-              if not (args.skip_existing and _skipped(output_path(path, out_dir, args.output_format)))]
+              if not (args.skip_existing and _skipped(output_path(output_name(path), out_dir, args.output_format)))]
     if not inputs:
         return 0
     if out_dir is not None:
         check_writable_folder(out_dir)  # before the model loads and the first file decodes
-    failures = 0
+    failures, piped = 0, None
     for path in list(inputs):  # missing, empty, a folder: said before the model loads
         try:
-            check_audio_path(path)
+            if path == STDIN:
+                piped = read_standard_input()
+            else:
+                check_audio_path(path)
         except SpecWhisperError as exc:
             failures += 1
             inputs.remove(path)
@@ -342,15 +345,15 @@ def _transcribe(args) -> int:
     for path in inputs:
         progress = _progress_printer(path) if sys.stderr.isatty() else None
         try:
-            result = transcribe_file(path, progress)
+            result = transcribe_file(piped if path == STDIN else path, progress)
         except SpecWhisperError as exc:
             failures += 1
             print(f"error: {exc.message()}", file=sys.stderr)
             continue
         if out_dir is not None:
             try:
-                written = write_result(result, path, out_dir, args.output_format, {"beam_size": args.beam_size},
-                                       cues)
+                written = write_result(result, output_name(path), out_dir, args.output_format,
+                                       {"beam_size": args.beam_size}, cues)
             except SpecWhisperError as exc:  # this file's output is lost (a full disk): said, the next files tried
                 failures += 1
                 print(f"error: {exc.message()}", file=sys.stderr)

@@ -110,3 +110,30 @@ def drop_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError, AttributeError):  # no stdout at all, or one without a descriptor
         pass
+
+
+STDIN = "-"  # an input read from standard input (``ffmpeg -i talk.mp4 -f wav - | specwhisper transcribe -``)
+STDIN_NAME = "stdin"  # its outputs' name: stdin.json, stdin.srt
+
+
+def output_name(path: str) -> str:
+    """The name an input's output files take after (standard input's: ``stdin``)."""
+    return STDIN_NAME if path == STDIN else path
+
+
+def read_standard_input():
+    """Standard input read whole (decoders seek), as a binary file object whose errors name it.
+    A terminal or nothing piped in is said before the model loads."""
+    import io
+
+    from .errors import AudioError
+
+    hint = "pipe audio in, e.g. ffmpeg -i talk.mp4 -f wav - | specwhisper transcribe -"
+    if sys.stdin is None or sys.stdin.isatty():
+        raise AudioError("standard input is a terminal, not audio", where="-", hint=hint)
+    data = sys.stdin.buffer.read()
+    if not data:
+        raise AudioError("standard input is empty: nothing was piped in", where="-", hint=hint)
+    buffer = io.BytesIO(data)
+    buffer.name = "standard input"
+    return buffer

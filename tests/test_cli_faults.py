@@ -144,3 +144,17 @@ def test_standard_streams_that_fail_as_a_script_meets_them(tiny_model_dir, share
     monkeypatch.setattr(sys, "stdout", None)  # what Python makes of a closed descriptor 1 (>&-)
     assert main(args[:2] + args[3:]) == 1
     assert "standard output is closed" in capsys.readouterr().err
+
+
+def test_transcribe_reads_a_file_piped_into_standard_input(tiny_model_dir, shared_data, tmp_path):
+    """`ffmpeg ... -f wav - | specwhisper transcribe -` was refused ("transcribe reads files"), while
+    /dev/stdin worked with raw errors for an empty pipe. '-' reads standard input whole; its outputs
+    are named stdin; an empty pipe is said before the model loads."""
+    clip = shared_data / "real/audio/jfk.flac"
+    args = ["transcribe", "-", "--model", str(tiny_model_dir), "--language", "en", "--threads", "2", "--encoder", "ct2"]
+    done = subprocess.run(_cli(*args, "-f", "json", "-o", str(tmp_path)), input=clip.read_bytes(),
+                          capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "ask not what your country" in json.loads((tmp_path / "stdin.json").read_text())["text"]
+    empty = subprocess.run(_cli(*args), input=b"", capture_output=True, text=False, timeout=300)
+    assert empty.returncode == 1 and b"standard input is empty" in empty.stderr and b"Traceback" not in empty.stderr
