@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import warn_caller
-from .flac_end import ends_on_a_whole_frame
+from .flac_end import whole_stream_frames
 
 
 class NothingDecodes(Exception):
@@ -56,11 +56,13 @@ def read_soundfile(source: Path | io.BytesIO, where: str) -> tuple[np.ndarray, i
     if lost:
         more, error = _read_again_in_small_blocks(source, sum(map(len, blocks)), error)
         blocks += more
-    if error is not None and streamed_flac and ends_on_a_whole_frame(source):
+    if error is not None and streamed_flac and (whole := whole_stream_frames(source)) is not None:
         # libsndfile fails on the last block of a FLAC without its length, whole or cut; a whole
         # one gives all but its last sample read a frame at a time, and is not called damaged
-        more, _ = _read_again_in_small_blocks(source, sum(map(len, blocks)), error, size=1)
-        blocks, error = blocks + more, None
+        # unless fewer came (a break inside it: its last frame's header gives the length)
+        more, again = _read_again_in_small_blocks(source, sum(map(len, blocks)), error, size=1)
+        blocks += more
+        error = None if sum(map(len, blocks)) >= whole - 1 else again
     data = _joined(blocks, room, channels)
     if error is not None and not len(data):
         raise NothingDecodes(_decoder_says(error))

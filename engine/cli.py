@@ -38,7 +38,7 @@ class _Parser(argparse.ArgumentParser):
 
     def _advice(self, message: str) -> str:
         """What openai-whisper's users type that this command line spells otherwise (a helper as one)."""
-        if dashed := [w for w in self.words if w.startswith("-") and Path(w).is_file()]:
+        if dashed := [w for w in self.words if w.startswith("-") and _is_file(w)]:
             return f"a file whose name starts with '-' goes after '--' or as ./{dashed[0]}; "
         if not message.startswith("unrecognized arguments:"):
             return ""
@@ -50,6 +50,13 @@ class _Parser(argparse.ArgumentParser):
         if any(w in ("True", "False", "true", "false") for w in words):
             return "on/off options take no value (--word-timestamps, not --word-timestamps True); "
         return ""
+
+
+def _is_file(word: str) -> bool:
+    try:
+        return Path(word).is_file()
+    except (OSError, ValueError):  # a word too long for a file name, or one holding a NUL
+        return False
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(and with --output-dir also writes <stem>.txt); other formats write "
                         "<stem>.<fmt>")
     t.add_argument("-o", "--output-dir", default=None, help="directory for output files (default: current directory "
-                                                      "for json/srt/vtt)")
+                                                      "for json/srt/vtt; - writes them to stdout)")
     t.add_argument("--skip-existing", action="store_true",
                    help="leave out inputs whose output file is already there (to finish an interrupted batch)")
     add_decoding_args(t)
@@ -222,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a full stdout fails here, not in the interpreter's exit
         return code
     except StdoutFailed as exc:
-        drop_stdout()  # what is still buffered would fail again as the interpreter exits
+        drop_stdout(exc.stream)  # what is still buffered would fail again as the interpreter exits
         if exc.reader_left:  # output piped into head & co.
             return 0
         print(f"error: {exc.message()}", file=sys.stderr)
@@ -241,8 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated:
         print("terminated", file=sys.stderr)
         return 143
-    except BrokenPipeError:  # output piped into head & co. (written past the guard: a child's stdout)
-        drop_stdout()
+    except BrokenPipeError:  # a pipe closed by its reader past the stdout guard (a child process's stdin)
         return 0
     finally:
         restore_streams()
@@ -310,14 +316,19 @@ def _dispatch(args) -> int:
 def _transcribe(args) -> int:
     from .audio import check_audio_path
     from .io_utils import check_writable_folder
-    from .writers import output_path, write_result
+    from .writers import output_path, render, write_result
 
     check_learn_save(args)
     cues = check_decoding_options(args)
-    out_dir = args.output_dir or ("." if args.output_format != "txt" else None)
+    to_stdout = args.output_dir == STDIN  # -o -: every format to standard output (| jq), no files
+    out_dir = None if to_stdout else args.output_dir or ("." if args.output_format != "txt" else None)
     if args.skip_existing and out_dir is None:
         raise SpecWhisperError("--skip-existing needs output files", where="--skip-existing",
                                hint="add --output-dir DIR or --output-format json|srt|vtt")
+    if to_stdout and args.output_format in ("srt", "vtt") and len(set(args.audio)) > 1:
+        raise SpecWhisperError(f"--output-dir - writes one {args.output_format} to standard output: subtitles of "
+                               f"{len(set(args.audio))} inputs would run together", where="--output-dir -",
+                               hint="give one input, or an output folder (--output-dir DIR)")
     inputs = args.audio if out_dir is None else _one_output_each(args.audio)
     inputs = [path for path in inputs
               if not (args.skip_existing and _skipped(output_path(output_name(path), out_dir, args.output_format)))]
@@ -353,7 +364,7 @@ def _transcribe(args) -> int:
         if out_dir is not None:
             try:
                 written = write_result(result, output_name(path), out_dir, args.output_format,
-                                       {"beam_size": args.beam_size}, cues)
+                                       {"beam_size": args.beam_size, "input": path}, cues)
             except SpecWhisperError as exc:  # this file's output is lost (a full disk): said, the next files tried
                 failures += 1
                 print(f"error: {exc.message()}", file=sys.stderr)
@@ -361,6 +372,9 @@ def _transcribe(args) -> int:
                 print(f"{path} -> {written}", file=sys.stderr)
         if args.output_format == "txt":
             print(f"==> {path} <==\n{result.text}" if label else result.text, flush=True)
+        elif to_stdout:  # several JSON documents one after another: what jq reads
+            print(render(result, args.output_format, {"beam_size": args.beam_size, "input": path}, cues),
+                  end="", flush=True)
         if args.stats:
             _print_stats(path, result)
     if args.learn_save:
@@ -374,7 +388,7 @@ def _one_output_each(paths: list[str]) -> list[str]:
     is decoded (the second would overwrite the first: outputs are named by the file's stem)."""
     from .batch.inputs import BatchItem, unique_names
 
-    items = unique_names([BatchItem(path, Path(path).stem) for path in paths],
+    items = unique_names([BatchItem(path, Path(output_name(path)).stem) for path in paths],
                          hint="transcribe them into different --output-dir folders, or use `specwhisper batch` "
                               "on their common folder (its outputs keep the subfolders)")
     return [item.path for item in items]

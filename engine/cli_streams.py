@@ -16,11 +16,11 @@ import sys
 
 
 class StdoutFailed(Exception):
-    """stdout could not take what was written (``error``: the OSError)."""
+    """stdout (``stream``) could not take what was written (``error``: the OSError)."""
 
-    def __init__(self, error: OSError):
+    def __init__(self, error: OSError, stream=None):
         super().__init__(str(error))
-        self.error = error
+        self.error, self.stream = error, stream
 
     @property
     def reader_left(self) -> bool:
@@ -33,10 +33,15 @@ class StdoutFailed(Exception):
 
 
 class _Diagnostics:
-    """stderr that drops what it cannot write (and everything after) instead of raising."""
+    """stderr that drops what it cannot write (and everything after) instead of raising; a closed
+    one (``2>&-``: None in Python, where every command failed on ``sys.stderr.isatty()``, and
+    ``print(file=None)`` would have written diagnostics into stdout) is lost from the start."""
 
     def __init__(self, stream):
-        self._stream, self._lost = stream, False
+        self._stream, self._lost = stream, stream is None
+
+    def isatty(self) -> bool:
+        return not self._lost and self._stream.isatty()
 
     def write(self, text: str) -> int:
         if not self._lost:
@@ -54,6 +59,8 @@ class _Diagnostics:
                 self._lost = True
 
     def __getattr__(self, name: str):
+        if self._stream is None:
+            raise AttributeError(name)
         return getattr(self._stream, name)
 
 
@@ -70,14 +77,14 @@ class _Product:
         try:
             return self._stream.write(text)
         except OSError as exc:
-            raise StdoutFailed(exc) from None
+            raise StdoutFailed(exc, self._stream) from None
 
     def flush(self) -> None:
         if self._stream is not None:
             try:
                 self._stream.flush()
             except OSError as exc:
-                raise StdoutFailed(exc) from None
+                raise StdoutFailed(exc, self._stream) from None
 
     def isatty(self) -> bool:
         return self._stream is not None and self._stream.isatty()
@@ -92,8 +99,7 @@ def guard_streams():
     """Put the guarded streams in place; returns what puts the originals back."""
     stdout, stderr = sys.stdout, sys.stderr
     sys.stdout = _Product(stdout)  # type: ignore[assignment]
-    if stderr is not None:
-        sys.stderr = _Diagnostics(stderr)  # type: ignore[assignment]
+    sys.stderr = _Diagnostics(stderr)  # type: ignore[assignment]
 
     def restore() -> None:
         sys.stdout, sys.stderr = stdout, stderr
@@ -101,14 +107,18 @@ def guard_streams():
     return restore
 
 
-def drop_stdout() -> None:
-    """Point the process's stdout at /dev/null: text still buffered for a stdout that failed
-    would fail again (and print "Exception ignored") when the interpreter flushes it at exit."""
+def drop_stdout(stream) -> None:
+    """Point descriptor 1 at /dev/null where ``stream``, the stdout that failed, writes to it: text
+    still buffered there would fail again (and print "Exception ignored") when the interpreter
+    flushes it at exit. A stream of the caller's own (an application calling ``main``, a test's
+    capture) is left alone, and so is the process's real stdout then."""
     try:
+        if stream is None or stream.fileno() != 1:
+            return
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.__stdout__.fileno())
+        os.dup2(devnull, 1)
         os.close(devnull)
-    except (OSError, ValueError, AttributeError):  # no stdout at all, or one without a descriptor
+    except (OSError, ValueError, AttributeError):  # a stream without a descriptor
         pass
 
 

@@ -105,17 +105,13 @@ def cache_get(key: str):
     and the user's own only where the model cache cannot be written (where ``cache_put`` keeps
     measurements then). A writable SPECWHISPER_CACHE read the user's folder too, and took the
     measurements of another installation (another venv, another version) without a word."""
-    from .io_utils import probe_folder
-
-    for cache in _cache_paths():
+    caches = _cache_paths()
+    for cache in caches:
         value = _read_cache(cache).get(key)
         if value is not None:
             return value
-        try:
-            probe_folder(cache.parent)
+        if cache is caches[0] and len(caches) > 1 and writable_measurement_cache() == cache:
             return None  # measured here, so read from here only
-        except OSError:
-            continue
     return None
 
 

@@ -8,8 +8,8 @@ its writer does not know the length (soundfile wants a seekable file or the whol
 memory): the ``data`` chunk's size may be 0 or a placeholder, and the samples run to EOF. Its
 frames are mixed down to mono and resampled to 16 kHz as they arrive. Another container's magic
 (FLAC, Ogg, MP3 with an ID3 tag, AIFF, CAF, ...), or two MP3 or AAC frames one after the other,
-is refused with its name, rather than heard as noise. Anything else is raw PCM, passed on as
-bytes, its first bytes included.
+is refused with its name, rather than heard as noise; so are an empty stdin and text (its first
+64 bytes printable ASCII). Anything else is raw PCM, passed on as bytes, its first bytes included.
 """
 
 from __future__ import annotations
@@ -44,10 +44,13 @@ def pipe_chunks(stream: BinaryIO, chunk_s: float = 0.1) -> Iterator[bytes | np.n
 
     The first bytes and a WAV header are read now, so that a wrong format fails before a model
     loads; the samples are read as the chunks are taken. Raises ``AudioError`` (where: stdin) for
-    another container, a broken WAV header or a WAV encoding other than 16/24/32-bit integer or
-    32/64-bit float PCM.
+    nothing at all, text, another container, a broken WAV header or a WAV encoding other than
+    16/24/32-bit integer or 32/64-bit float PCM.
     """
     head = _read_exact(stream, 12)
+    if not head:  # an empty pipe said nothing and exited 0
+        raise AudioError("nothing came on stdin", where=WHERE,
+                         hint=f"pipe audio in: a WAV stream (ffmpeg -i IN -f wav -) or raw PCM ({CONVERT})")
     if head[:4] in (b"RIFF", b"RF64", b"BW64"):  # RF64/BW64: RIFF past 4 GiB; the data size is then a placeholder
         if len(head) < 12:
             raise _broken("the stream ends inside its 12-byte RIFF header")
@@ -64,7 +67,24 @@ def pipe_chunks(stream: BinaryIO, chunk_s: float = 0.1) -> Iterator[bytes | np.n
             seen = _frames_of(head)
     if seen:
         raise _refuse(seen)
+    if not ended and len(head) < _TEXT_SNIFF:
+        head += _read_exact(stream, _TEXT_SNIFF - len(head))
+        ended = len(head) < _TEXT_SNIFF
+    if _is_text(head):
+        raise AudioError("stdin holds text, not audio: '-' takes a WAV stream or raw 16 kHz mono 16-bit PCM",
+                         where=WHERE, hint="check what is piped in (the command before |), e.g. "
+                                           "arecord -f S16_LE -r 16000 | specwhisper stream -")
     return _raw_chunks(stream, head, ended, chunk_s)
+
+
+# Bytes looked at before raw PCM is taken: text piped by mistake (``seq 1 20000 |``, a log) was heard
+# as samples ("BEEP"). 16-bit samples are all printable ASCII this long with odds of about 1e-27
+# for loud noise, and never for quiet audio (its high bytes are 0x00 or 0xFF).
+_TEXT_SNIFF = 64
+
+
+def _is_text(head: bytes) -> bool:
+    return len(head) >= 8 and all(32 <= b < 127 or b in (9, 10, 13) for b in head)
 
 
 # MPEG audio Layer III (MP3) frame headers: kbit/s by bitrate index for MPEG-1, and for MPEG-2 and

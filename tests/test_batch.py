@@ -495,6 +495,8 @@ def test_the_resume_key_holds_the_options_changed_from_their_defaults_only(monke
     before = ledger.settings_key({**defaults, "beam_size": 5})
     monkeypatch.setattr(ledger, "TEXT_OPTIONS", ledger.TEXT_OPTIONS + ("an_option_of_a_later_version",))
     assert ledger.settings_key({**defaults, "beam_size": 5}) == before
+    monkeypatch.setattr(ledger, "TEXT_DEFAULTS_VERSION", ledger.TEXT_DEFAULTS_VERSION + 1)  # a default's text changed
+    assert ledger.settings_key({**defaults, "beam_size": 5}) != before
 
 
 @pytest.mark.full

@@ -141,9 +141,14 @@ def test_standard_streams_that_fail_as_a_script_meets_them(tiny_model_dir, share
         done = subprocess.run(_cli(*args), stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
     assert "error: cannot write to standard output: No space left on device" in done.stderr
-    monkeypatch.setattr(sys, "stdout", None)  # what Python makes of a closed descriptor 1 (>&-)
-    assert main(args[:2] + args[3:]) == 1
+    with monkeypatch.context() as closed:
+        closed.setattr(sys, "stdout", None)  # what Python makes of a closed descriptor 1 (>&-)
+        assert main(args[:2] + args[3:]) == 1
     assert "standard output is closed" in capsys.readouterr().err
+    with monkeypatch.context() as closed:
+        closed.setattr(sys, "stderr", None)  # 2>&-: every command failed on sys.stderr.isatty()
+        assert main(args[:2] + args[3:]) == 0
+    assert "ask not what your country" in capsys.readouterr().out
 
 
 def test_transcribe_reads_a_file_piped_into_standard_input(tiny_model_dir, shared_data, tmp_path):
@@ -155,6 +160,14 @@ def test_transcribe_reads_a_file_piped_into_standard_input(tiny_model_dir, share
     done = subprocess.run(_cli(*args, "-f", "json", "-o", str(tmp_path)), input=clip.read_bytes(),
                           capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "ask not what your country" in json.loads((tmp_path / "stdin.json").read_text())["text"]
+    written = json.loads((tmp_path / "stdin.json").read_text())
+    assert "ask not what your country" in written["text"] and written["input"] == "-"
+    # -o -: the output on stdout (| jq), no file; subtitles of several inputs would run together
+    done = subprocess.run(_cli(*args, "-f", "json", "-o", "-"), input=clip.read_bytes(), capture_output=True,
+                          timeout=300)
+    assert done.returncode == 0 and json.loads(done.stdout)["text"] == written["text"]
+    several = subprocess.run(_cli("transcribe", str(clip), str(clip.with_name("x.flac")), "-f", "srt", "-o", "-"),
+                             capture_output=True, text=True, timeout=300)
+    assert several.returncode == 2 and "subtitles of 2 inputs would run together" in several.stderr
     empty = subprocess.run(_cli(*args), input=b"", capture_output=True, text=False, timeout=300)
     assert empty.returncode == 1 and b"standard input is empty" in empty.stderr and b"Traceback" not in empty.stderr

@@ -150,7 +150,7 @@ def test_a_partial_frame_at_eof_is_dropped_and_channels_stay_aligned():
         np.testing.assert_array_equal(_samples(reader)[0], left.astype(np.float32) / 32768 / 2)
 
 
-@pytest.mark.parametrize("size", [0, 1, 11, 12, 3199, 3200, 3201, 10001])
+@pytest.mark.parametrize("size", [1, 11, 12, 63, 64, 65, 3199, 3200, 3201, 10001])
 def test_raw_pcm_passes_through_unchanged_with_its_first_bytes(size):
     raw = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
     for reader in _readers(raw):
@@ -158,6 +158,19 @@ def test_raw_pcm_passes_through_unchanged_with_its_first_bytes(size):
         assert all(isinstance(c, bytes) for c in chunks) and b"".join(chunks) == raw
     whole = list(pipe_chunks(io.BytesIO(raw), 0.1))
     assert [len(c) for c in whole[:-1]] == [3200] * (len(whole) - 1)  # 0.1 s of 16 kHz int16 a chunk
+
+
+def test_an_empty_pipe_and_text_piped_by_mistake_are_said():
+    """An empty stdin ended with exit 0 and nothing said; text (`seq 1 20000 |`) was heard as PCM
+    ("BEEP"). Quiet and loud 16-bit audio is never all printable ASCII for 64 bytes."""
+    with pytest.raises(AudioError, match="nothing came on stdin"):
+        pipe_chunks(io.BytesIO(b""))
+    text = "".join(f"{i}\n" for i in range(1, 2000)).encode()
+    for reader in _readers(text):
+        with pytest.raises(AudioError, match="stdin holds text, not audio"):
+            pipe_chunks(reader)
+    quiet = (np.sin(np.arange(3200) / 7) * 300).astype("<i2").tobytes()
+    assert b"".join(pipe_chunks(io.BytesIO(quiet))) == quiet
 
 
 @pytest.mark.parametrize("head,name", [(b"fLaC\0\0\0\x22", "FLAC"), (b"OggS\0\2", "Ogg"), (b"ID3\4\0", "MP3"),

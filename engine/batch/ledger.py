@@ -37,14 +37,21 @@ SPEED_OPTIONS = ("tokenmap", "draft_len", "prompt_lookup", "draft_model", "learn
                  "command")
 
 
+# Raised where a version changes a default that changes the text (as 0.2.0's temperature ladder
+# did): records made under the old defaults then run again.
+TEXT_DEFAULTS_VERSION = 1
+
+
 def settings_key(settings: dict) -> str:
     """A digest of the text-deciding options that differ from ``batch``'s defaults (a missing one
-    counts as its default). Options left at their defaults stay out of it, so that a version that
-    adds an option (its default keeping the text as it was) finds the records of the version before:
-    with every option in the key, an upgrade redid a whole archive without a word."""
+    counts as its default), and of ``TEXT_DEFAULTS_VERSION``. Options left at their defaults stay
+    out of it, so that a version that adds an option (its default keeping the text as it was) finds
+    the records of the version before: with every option in the key, an upgrade redid a whole
+    archive without a word."""
     defaults = _batch_defaults()
     chosen = {name: value for name in TEXT_OPTIONS if (value := settings.get(name, defaults.get(name)))
               != defaults.get(name)}
+    chosen["text defaults"] = TEXT_DEFAULTS_VERSION
     return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
