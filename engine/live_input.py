@@ -90,6 +90,12 @@ class ChunkConsumer:
         calling it again completes it)."""
         return self._finished
 
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in ("feed", "finish"):
+            if name in cls.__dict__:
+                setattr(cls, name, _one_caller_at_a_time(cls.__dict__[name]))
+
     def _deliver(self) -> list:
         """The results made since the last call returned, handed over once."""
         results, self._undelivered = self._undelivered, []
@@ -124,3 +130,31 @@ def check_consumer_args(what: str, call: str, sample_rate: int, options: dict, r
     for name in reserved:
         if name in options:
             raise OptionError(f"{name} is not an option of {what}", where=name, hint=why)
+
+
+def _one_caller_at_a_time(method):
+    """``feed``/``finish`` refused while another thread is inside one of them on the same object:
+    a voice server feeding one listener from two pool threads (or from a task that
+    ``asyncio.wait_for`` gave up on, whose thread goes on) got IndexError from a deque, or another
+    command's text, since the chunks interleaved in no set order."""
+    import functools
+    import threading
+
+    from .errors import SpecWhisperError
+
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        busy = self.__dict__.setdefault("_calling", threading.Lock())
+        if not busy.acquire(blocking=False):
+            kind = type(self).__name__
+            raise SpecWhisperError(f"{kind}.{method.__name__}() called while another thread is in feed() or "
+                                   f"finish() of the same {kind}", where=f"{kind}.{method.__name__}",
+                                   hint="feed one stream or listener from one thread at a time, each call "
+                                        "finished before the next (in asyncio: await each run_in_executor "
+                                        "call of a connection before its next chunk)")
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            busy.release()
+
+    return guarded

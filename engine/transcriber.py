@@ -388,9 +388,13 @@ class WhisperEngine:
         return CommandListener(self, language, task, **options)
 
     def _language_from_map(self, language: str | None, task: str, options: dict) -> str | None:
-        """The token map's language where it applies: no language given, transcription (a
-        translation's source language is not its transcripts'), one language for the whole call."""
-        if language_code(language) is None and task == "transcribe" and not options.get("multilingual"):
+        """The token map's language where it applies: no language given (``"auto"`` asks for
+        detection: it was overridden by the map and Swedish speech came out in English),
+        transcription (a translation's source language is not its transcripts'), one language for
+        the whole call."""
+        asked_to_detect = isinstance(language, str) and language.strip().lower() == "auto"
+        if language_code(language) is None and not asked_to_detect and task == "transcribe" \
+                and not options.get("multilingual"):
             return self.tokenmap_language
         return None
 

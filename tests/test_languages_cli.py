@@ -129,3 +129,18 @@ def test_a_map_that_records_english_for_text_that_is_not_is_not_trusted(base_eng
     english = tmp_path / "en.tmap"
     build_token_map(["turn on the kitchen lights", "turn off the kitchen lights"] * 3, base_engine.tokenizer).save(english)
     assert WhisperEngine(loaded=base_engine.lm, tokenmap=str(english)).tokenmap_language == "en"
+
+
+def test_language_auto_detects_even_with_a_token_map(base_engine, shared_data, tmp_path):
+    """A voice server's helper: with a map recording English, `language="auto"` still decoded in
+    English (Swedish speech came out translated); "auto" asks for detection, no language takes the map's."""
+    from specwhisper import WhisperEngine
+    from specwhisper.tokenmap import build_token_map
+
+    path = tmp_path / "en.tmap"
+    build_token_map(["turn on the kitchen lights", "turn off the kitchen lights"] * 3, base_engine.tokenizer).save(path)
+    engine = WhisperEngine(loaded=base_engine.lm, tokenmap=str(path))
+    jfk = shared_data / "real/audio/jfk.flac"
+    assert engine.transcribe(jfk, max_new_tokens=4).language_source == "token map"
+    detected = engine.transcribe(jfk, language="auto", max_new_tokens=4)
+    assert detected.language_source == "detected" and detected.language == "en"

@@ -442,3 +442,26 @@ def test_complete_s_is_checked(base_engine):
         check_listener_options(silence_s=0.6, complete_s=0.8)
     with pytest.raises(OptionError, match="complete_p"):
         check_listener_options(complete_s=0.1, complete_p=1.5)
+
+
+def test_a_listener_fed_from_two_threads_at_once_is_a_clear_error(base_engine):
+    """A voice server fed one listener from two pool threads: IndexError from a deque, or another
+    command's text. A second caller while one is inside feed() or finish() is refused, by name."""
+    import threading
+
+    from specwhisper.errors import SpecWhisperError
+
+    listener = base_engine.listen()
+    listener.feed(np.zeros(1600, np.float32))
+    inside = listener.__dict__["_calling"]  # what a thread inside feed() holds
+    inside.acquire()
+    try:
+        for call in (lambda: listener.feed(np.zeros(1600, np.float32)), listener.finish):
+            with pytest.raises(SpecWhisperError, match="another thread is in feed"):
+                call()
+    finally:
+        inside.release()
+    other = threading.Thread(target=listener.feed, args=(np.zeros(1600, np.float32),))
+    other.start()
+    other.join()
+    assert listener.finish() == [] and listener.finished
