@@ -19,6 +19,9 @@ _SOUNDFILE_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".aiff", ".aif", ".au", 
 AudioInput = str | Path | bytes | bytearray | memoryview | np.ndarray | BinaryIO
 
 
+STDIN_WHERE = "standard input"  # the name of audio piped into the command line (``transcribe -``)
+
+
 def load_audio(source: AudioInput, sample_rate: int | None = None) -> np.ndarray:
     """Decode ``source`` into a float32 mono waveform at 16 kHz.
 
@@ -133,7 +136,7 @@ def _decode_with_av(source: Path | io.BytesIO, where: str, tried_soundfile: bool
         import av
     except ImportError:
         if isinstance(source, io.BytesIO):  # raw samples are the usual mistake here, not an mp3
-            raw = ("`specwhisper stream -` reads raw 16 kHz 16-bit mono PCM" if where == "standard input"
+            raw = ("`specwhisper stream -` reads raw 16 kHz 16-bit mono PCM" if where == STDIN_WHERE
                    else "raw 16-bit PCM is np.frombuffer(data, np.int16) (16 kHz mono)")
             raise AudioError(f"these bytes are not {_soundfile_formats()}, and other formats need PyAV, which is "
                              "not installed", where=where, hint=f"bytes are an audio file's contents; {raw}, "

@@ -361,10 +361,10 @@ def _transcribe(args) -> int:
             failures += 1
             print(f"error: {exc.message()}", file=sys.stderr)
             continue
+        extra = {"beam_size": args.beam_size, "input": path}  # the JSON's fields beside the result's
         if out_dir is not None:
             try:
-                written = write_result(result, output_name(path), out_dir, args.output_format,
-                                       {"beam_size": args.beam_size, "input": path}, cues)
+                written = write_result(result, output_name(path), out_dir, args.output_format, extra, cues)
             except SpecWhisperError as exc:  # this file's output is lost (a full disk): said, the next files tried
                 failures += 1
                 print(f"error: {exc.message()}", file=sys.stderr)
@@ -373,8 +373,7 @@ def _transcribe(args) -> int:
         if args.output_format == "txt":
             print(f"==> {path} <==\n{result.text}" if label else result.text, flush=True)
         elif to_stdout:  # several JSON documents one after another: what jq reads
-            print(render(result, args.output_format, {"beam_size": args.beam_size, "input": path}, cues),
-                  end="", flush=True)
+            print(render(result, args.output_format, extra, cues), end="", flush=True)
         if args.stats:
             _print_stats(path, result)
     if args.learn_save:

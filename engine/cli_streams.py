@@ -32,13 +32,26 @@ class StdoutFailed(Exception):
                 "output to a file or a pipe that takes it, or write files with --output-dir")
 
 
-class _Diagnostics:
+class _Wrapped:
+    """A standard stream (None where its descriptor is closed) whose other attributes are its own."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __getattr__(self, name: str):
+        if self._stream is None:
+            raise AttributeError(name)
+        return getattr(self._stream, name)
+
+
+class _Diagnostics(_Wrapped):
     """stderr that drops what it cannot write (and everything after) instead of raising; a closed
     one (``2>&-``: None in Python, where every command failed on ``sys.stderr.isatty()``, and
     ``print(file=None)`` would have written diagnostics into stdout) is lost from the start."""
 
     def __init__(self, stream):
-        self._stream, self._lost = stream, stream is None
+        super().__init__(stream)
+        self._lost = stream is None
 
     def isatty(self) -> bool:
         return not self._lost and self._stream.isatty()
@@ -58,18 +71,10 @@ class _Diagnostics:
             except (OSError, ValueError):
                 self._lost = True
 
-    def __getattr__(self, name: str):
-        if self._stream is None:
-            raise AttributeError(name)
-        return getattr(self._stream, name)
 
-
-class _Product:
+class _Product(_Wrapped):
     """stdout whose failures are ``StdoutFailed`` (a closed stdout, None in Python, fails at its
     first write instead of taking the text without a word)."""
-
-    def __init__(self, stream):
-        self._stream = stream
 
     def write(self, text: str) -> int:
         if self._stream is None:
@@ -88,11 +93,6 @@ class _Product:
 
     def isatty(self) -> bool:
         return self._stream is not None and self._stream.isatty()
-
-    def __getattr__(self, name: str):
-        if self._stream is None:
-            raise AttributeError(name)
-        return getattr(self._stream, name)
 
 
 def guard_streams():
@@ -136,6 +136,7 @@ def read_standard_input():
     A terminal or nothing piped in is said before the model loads."""
     import io
 
+    from .audio import STDIN_WHERE
     from .errors import AudioError
 
     hint = "pipe audio in, e.g. ffmpeg -i talk.mp4 -f wav - | specwhisper transcribe -"
@@ -145,5 +146,5 @@ def read_standard_input():
     if not data:
         raise AudioError("standard input is empty: nothing was piped in", where="-", hint=hint)
     buffer = io.BytesIO(data)
-    buffer.name = "standard input"
+    buffer.name = STDIN_WHERE
     return buffer

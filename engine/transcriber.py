@@ -51,7 +51,6 @@ from .policy import (
 from .results import Result, WindowResult
 from .run_state import RunState
 from .stats import DecodeStats
-from .tokenizer import language_code
 from .transcribe_options import TranscribeOptions, check_engine_options, checked_options
 from .window_decode import WindowDecoder, WindowJob
 from .window_numerics import WindowNumerics
@@ -392,9 +391,7 @@ class WhisperEngine:
         detection: it was overridden by the map and Swedish speech came out in English),
         transcription (a translation's source language is not its transcripts'), one language for
         the whole call."""
-        asked_to_detect = isinstance(language, str) and language.strip().lower() == "auto"
-        if language_code(language) is None and not asked_to_detect and task == "transcribe" \
-                and not options.get("multilingual"):
+        if language is None and task == "transcribe" and not options.get("multilingual"):
             return self.tokenmap_language
         return None
 
