@@ -112,7 +112,8 @@ def _vtt_cues(text: str) -> list[tuple[float, float, str]]:
 @pytest.mark.parametrize("seconds", [(0, 30), (190, 210)])
 def test_words_timed_with_no_length_still_get_cues_of_their_own_time(tiny_engine, shared_data, seconds):
     """tiny.en times some words of the LJ passage with start == end (' differs' at 4.92 s, the next
-    word starting there too; ' Paris,' at 200.66 s, a gap after it): srt/vtt cues ended where they
+    word starting there too; ' Paris,' at 200.66 s, a gap after it; on an AVX2-only EPYC ' Paris,' has a
+    length, and a word before a gap is given none here): srt/vtt cues ended where they
     began, which WebVTT forbids and players skip. Each such cue now lasts (forward into the gap
     after it, else backward into the gap before it), overlaps neither neighbour, and no word is lost."""
     import soundfile as sf
@@ -121,7 +122,9 @@ def test_words_timed_with_no_length_still_get_cues_of_their_own_time(tiny_engine
     result = tiny_engine.transcribe(audio[seconds[0] * rate:seconds[1] * rate], language="en", word_timestamps=True)
     words = [w for s in result.segments if s.text.strip() for w in s.words]
     still = [w for w in words if round(w.end, 3) <= round(w.start, 3)]
-    assert still, "no word of this clip is timed with start == end any more: pick a clip that has one"
+    if not still:  # the kernels of an AVX2-only EPYC time ' Paris,' with a length: collapse a word before a gap
+        still = [next(w for w, after in zip(words, words[1:]) if after.start - w.end > 0.3)]
+        still[0].end = still[0].start
     for fmt, per_cue, parse in (("srt", 1, _srt_cues), ("vtt", 8, _vtt_cues)):
         cues = parse(render(result, fmt, cues=CueOptions(max_words_per_line=per_cue)))
         assert all(b > a for a, b, _ in cues), fmt

@@ -207,18 +207,21 @@ def test_self_test_keeps_full_length_caches_where_rows_change_with_the_length(ti
 
 def test_self_test_falls_back_to_the_rowwise_graph_where_pairs_are_not_invariant(tiny_model_dir, monkeypatch,
                                                                                   tmp_path):
-    """The paired graph's rows are invariant only as row pairs (its kernels compute a lone last row
-    another way). Built without the padding, its odd calls differ: the self-test must see that,
-    take the row-wise graph, record it, and a later load must build that graph from the cache (that
-    the padded pairs hold is asserted of the invariant engine's own self-test below)."""
+    """The paired graph's rows are invariant only as row pairs (with AVX-512 VNNI its kernels
+    compute a lone last row another way; their AVX2 kernels do not). Where its rows differ by the
+    call (here made to: each row moved by its call's row count, as no machine's kernels would hide)
+    the self-test must see that, take the row-wise graph, record it, and a later load must build
+    that graph from the cache (that the padded pairs hold is asserted of the invariant engine's own
+    self-test below)."""
     from specwhisper import WhisperEngine
     from specwhisper.onnx_build import GraphBuilder
 
-    def pairs_unpadded(self, x):  # odd row counts reach MatMulNBits as they are
-        self.paired = (self.const(np.zeros(4, np.int64)), self.op("Shape", [x], start=0, end=1))
+    def by_call_size(self, x, *args):
+        rows = self.op("Cast", [self.op("Shape", [x], start=0, end=1)], to=1)  # to float
+        return self.op("Add", [exact(self, x, *args), self.op("Mul", [rows, self.const(np.array([1e-3], np.float32))])])
 
-    padded = GraphBuilder.pair_rows
-    monkeypatch.setattr(GraphBuilder, "pair_rows", pairs_unpadded)
+    exact = GraphBuilder.paired_qlinear
+    monkeypatch.setattr(GraphBuilder, "paired_qlinear", by_call_size)
     monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path / "machine"))
     # (a cache of its own: nothing else to measure in it than the self-test)
     pinned = dict(compute_type="int8", threads=2, batch_decoder="invariant", encoder="ct2", decoder_threads=2,
@@ -227,7 +230,7 @@ def test_self_test_falls_back_to_the_rowwise_graph_where_pairs_are_not_invariant
     result = engine.lm.selftest(use_cache=False)
     assert result.row_floor == 1 and result.graph == "rowwise", result
     assert engine.lm.invariant_decoder().graph == "rowwise"
-    monkeypatch.setattr(GraphBuilder, "pair_rows", padded)
+    monkeypatch.setattr(GraphBuilder, "paired_qlinear", exact)
     again = WhisperEngine(tiny_model_dir, **pinned)
     assert again.lm.selftest().graph == "rowwise" and again.lm.invariant_decoder().graph == "rowwise"
 
