@@ -14,7 +14,14 @@ what that audio says (Whisper's no-speech rule still skips it where the model he
 Where the window's last segment is timed over most of the window ("Gothic and Roman." from 0 to
 28.6 s: seconds per token no speaker takes), no 5 s are left after it; its words' alignment (what
 word timestamps run) says where they end (1.1 s there), and the segment ends there instead, with
-the same question asked of what follows up to where the next window would start.
+the same question asked of what follows up to where the next window would start. An alignment
+that puts the words past seconds of speech inside the segment (at least ``RESEEK_MIN_S`` after its
+decoded start, with ``SPEECH_MIN_S`` of speech between) is not believed: the model timed the
+words from that start, and an alignment gone wrong put them there (CTranslate2's int8 decoder on
+oneDNN's AVX2 kernels, AMD's default, put "Gothic and Roman." at 22.2-24.6 s, after jfk's sentence:
+4 s before the next window, nothing asked, jfk lost; float32, MKL's int8 kernels and oneDNN held to
+SSE4.1 all put it at 0-1.1 s). The words are aligned again over the audio before where the first
+alignment put them (0-1.1 s there); where that is no better, the segment keeps its decoded times.
 
 A window that starts in digital silence (samples of exactly nothing: a recording paused, files
 joined) starts at its first sound instead: Whisper stepped over silent windows 30 s at a time, and
@@ -79,6 +86,22 @@ def restart_frame(waveform: np.ndarray, window_start: int, last_segment_end_s: f
         return None
     rest = waveform[restart * SAMPLE_RATE // 100:next_start * SAMPLE_RATE // 100]
     return restart if speech_seconds_in(rest, vad_only) >= SPEECH_MIN_S else None
+
+
+def words_past_speech(samples: np.ndarray, window_start_s: float, segment_start_s: float,
+                      first_word_s: float) -> bool:
+    """Whether a segment decoded from ``segment_start_s`` whose words were aligned from
+    ``first_word_s`` (seconds; ``samples``: the window's audio from ``window_start_s``) leaves
+    speech before them the model would have skipped: at least ``RESEEK_MIN_S`` between, holding
+    ``SPEECH_MIN_S`` of speech. Then the alignment is doubted rather than the model's start:
+    believing it leaves that speech untranscribed, where doubting it at worst decodes the words
+    again. As Silero hears it only: frame energy hears music too, and words after an intro of
+    music are where the alignment puts them (doubted there, they would be decoded twice)."""
+    if first_word_s - segment_start_s < RESEEK_MIN_S:
+        return False
+    between = samples[max(0, round((segment_start_s - window_start_s) * SAMPLE_RATE)):
+                      round((first_word_s - window_start_s) * SAMPLE_RATE)]
+    return speech_seconds_in(between, vad_only=True) >= SPEECH_MIN_S
 
 
 def overlong_segment(start_s: float, end_s: float, text_tokens: int) -> bool:

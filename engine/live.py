@@ -39,7 +39,15 @@ commits what two consecutive passes agree on. This module runs that policy on th
   (``finish``) commits all it hears, unless after other passes it looped, copied its prompt, or
   was unsure on less than ``LAST_TAIL_S`` of audio: then only what the pass before said too, where
   that pass was sure (on half a second left after a trim, base looped on the committed sentence,
-  wrote out the whole stream again, or said "Bye." at -0.86 on the breath after jfk's last word);
+  wrote out the whole stream again, or said "Bye." at -0.86 on the breath after jfk's last word).
+  A last pass whose text ends (a segment end, then nothing) at least ``REST_SPEECH_S`` of speech
+  before the buffer's end keeps that rest and decodes it in another last pass: Whisper's rule
+  "a single timestamp ending means no speech after it", which the offline path checks too
+  (``early_end``), dropped " jazz in the living room." (1.4 s of speech) after a last pass of
+  tiny.en ended at "play some" (6.72 s of 8.5). Such a pass decodes the same buffer with all
+  that was committed forced and a segment starting where its text ended (the rest alone, without
+  the words before it, tiny.en heard as "heavy believing room."), and comes only after a pass that
+  committed words and trimmed the buffer, at most ``REST_PASSES`` times;
 * a **speech gate** (``endpointing``: Silero VAD where the ``[vad]`` extra is installed, frame
   energy otherwise; ``live_gate``) keeps passes off audio without speech: Whisper writes text into
   noise (" Thank you." on a quiet room after the last sentence, on every second of it), and a
@@ -72,11 +80,12 @@ from numbers import Real
 import numpy as np
 
 from .audio import SAMPLE_RATE
+from .early_end import SPEECH_MIN_S, speech_seconds_in
 from .errors import OptionError, SpecWhisperError
 from .fallback import COMPRESSION_RATIO_THRESHOLD, compression_ratio
 from .features import N_FRAMES
 from .listen import check_range
-from .live_agreement import agreed_length, copies_prompt, creeping_loop, cut_repetition
+from .live_agreement import agreed_length, copies_prompt, creeping_loop, cut_repetition, inner_loop
 from .live_gate import GATES, SpeechGate
 from .live_input import ChunkConsumer, ChunkQueue, check_consumer_args
 from .model_limits import MAX_POSITIONS
@@ -94,6 +103,8 @@ SPEECH_TOKENS_PER_S = 8.0  # more text than anyone speaks (English runs 3-5 toke
 LOW_CONFIDENCE = -0.65  # a pass whose mean token log-probability is below this commits nothing (see _pass)
 EMPTY_KEEP_S = 1.0  # a pass that hears no words keeps this much of the buffer: a word may be starting
 LAST_TAIL_S = 1.0  # a last pass on less audio than this after other passes commits only what it is sure of
+REST_SPEECH_S = SPEECH_MIN_S  # speech after a last pass's text that another last pass decodes (see _speech_after_text)
+REST_PASSES = 3  # more last passes after one, at most (each decodes the buffer again: finish's cost stays bounded)
 SILENCE_S = 0.8  # the speech gate: this much non-speech after speech ends an utterance (see _pass)
 PAD_S = 0.4  # the speech gate: audio kept each side of what the detector heard as speech
 NO_SPEECH_P, NO_SPEECH_LOGPROB = 0.6, -1.0  # Whisper's no-speech rule (offline skips such windows)
@@ -255,7 +266,8 @@ class LiveStream(ChunkConsumer):
         self.totals: dict = dict.fromkeys(("passes", "pass_s", "encoder_s", "decoder_s", "tokens", "decoder_calls",
                                            "verify_calls", "steps", "drafted", "accepted", "hint_drafted",
                                            "hint_accepted", "committed_tokens", "loops", "loops_cut", "prompt_copies",
-                                           "word_cuts", "gated_s", "utterance_ends", "no_speech"), 0)
+                                           "word_cuts", "gated_s", "utterance_ends", "no_speech",
+                                           "rest_passes"), 0)
 
     # -- input -----------------------------------------------------------------------------
     def feed(self, chunk) -> list[LiveEvent]:
@@ -329,10 +341,11 @@ class LiveStream(ChunkConsumer):
         self.totals["utterance_ends"] += not final
         return events
 
-    def _decode_and_commit(self, final: bool) -> list[LiveEvent]:
+    def _decode_and_commit(self, final: bool, rest_passes: int = REST_PASSES) -> list[LiveEvent]:
         """Decode the buffer and commit what this pass and the one before agree on (all of it on a
-        last pass, unless it is doubtful: see the module docstring)."""
-        buffer, events = self._buffer, []
+        last pass, unless it is doubtful: see the module docstring). ``rest_passes``: how many
+        more last passes may follow where a last pass's text ends before speech does."""
+        buffer, events, offset = self._buffer, [], self._offset
         if buffer.size == 0 or (not self._prefix and float(np.abs(buffer).max()) < SILENCE_PEAK):
             self._close_open(events)
             self._drop(buffer.size)  # silence: nothing to decode, nothing to keep
@@ -369,6 +382,8 @@ class LiveStream(ChunkConsumer):
         if self._unsure and not final:
             self._previous = None  # two unsure passes must not agree: a hallucination repeats itself
         if close_all:
+            if final and rest_passes > 0 and self._speech_after_text(offset):
+                return self._rest_pass(buffer, offset, current[:done], events, rest_passes - 1)
             self._close_open(events)
             self._drop(self._buffer.size)
         elif not any(t < self._eot for t in current):  # no words heard: keep only the last moment
@@ -376,6 +391,36 @@ class LiveStream(ChunkConsumer):
         tail = [] if self._previous is None else self._previous[len(self._prefix):]
         start = self._segment_start(self._previous or [], len(self._prefix))
         return events + self._tail_event(self._text(tail), start)
+
+    def _speech_after_text(self, offset: int) -> bool:
+        """Whether a last pass (that started with the buffer at ``offset``) ended its text while
+        speech went on: its committed text closed a segment, so the buffer was trimmed at that
+        segment's end (a pass that commits no words trims nothing, and ends the last passes), no
+        committed text is still open, and the rest holds at least ``REST_SPEECH_S`` of speech
+        (``early_end.speech_seconds_in``: Silero VAD, else frame energy). A second, as the offline
+        path asks of what follows a window's last segment: more than the end of a word that a
+        segment end can fall inside (0.76 s, see ``_trim_point``), which another pass would hear
+        as a word again; less than the phrase tiny.en left out ("jazz in the living room.", 1.4 s)."""
+        return (self._offset > offset and not self._open_text()
+                and speech_seconds_in(self._buffer) >= REST_SPEECH_S)
+
+    def _rest_pass(self, buffer: np.ndarray, offset: int, committed: list[int], events: list[LiveEvent],
+                   rest_passes: int) -> list[LiveEvent]:
+        """Another last pass where the last one (over ``buffer`` at ``offset``) ended its text
+        before speech did: over the same audio, with all it committed forced and a segment
+        starting where its text ended, so that the pass decodes only what follows, with the audio
+        and words before it as context (tiny.en heard the 1.8 s rest alone as "heavy believing
+        room.", and after the forced text " task in the living room.", as the pass before had).
+        ``events`` are committed: they are delivered first, so that an interrupted pass cannot
+        lose them. The pass before took this audio for none: nothing to agree with (a doubtful
+        pass commits nothing), and no bound on the new pass's tokens."""
+        self._undelivered += events
+        if self._closes(committed, len(committed) - 1):  # a segment end, then nothing: the next starts there
+            committed = committed + committed[-1:]
+        self._buffer, self._offset = buffer, offset
+        self._prefix, self._previous = committed, None
+        self.totals["rest_passes"] += 1
+        return self._decode_and_commit(final=True, rest_passes=rest_passes)
 
     def _cut_after_words(self, buffer: np.ndarray, current: list[int], done: int,
                          events: list[LiveEvent]) -> list[LiveEvent]:
@@ -390,7 +435,7 @@ class LiveStream(ChunkConsumer):
     def _close_open(self, events: list[LiveEvent], end: int | None = None) -> None:
         """End the segment whose committed text is still open, ``end`` samples into the buffer
         (default: its end)."""
-        if any(t < self._eot for t in self._prefix):
+        if self._open_text():
             end = self._buffer.size if end is None else end
             events.append(self._event("commit", [], self._segment_start(self._prefix, len(self._prefix)),
                                       self._time(self._offset + end), True))
@@ -469,7 +514,8 @@ class LiveStream(ChunkConsumer):
             self._looped = True  # the same audio would loop again: full windows until it is trimmed
         if looping:
             tokens = list(prefix) + cut_repetition(kept, min_copies=2)
-        creeping = creeping_loop(tokens)
+        ends = [c for c in (creeping_loop(tokens), inner_loop(tokens, len(prefix))) if c is not None]
+        creeping = min(ends) if ends else None
         if creeping is not None:
             tokens = tokens[:max(len(prefix), creeping)]
         text = [t for t in tokens[len(prefix):] if t < self._eot]
@@ -569,6 +615,13 @@ class LiveStream(ChunkConsumer):
         self._looped = self._looped and n == 0
 
     # -- helpers ---------------------------------------------------------------------------
+    def _open_text(self) -> bool:
+        """Whether the committed prefix ends in text of a segment still open (after its last
+        segment end: a rest pass forces segments it closed before, see ``_rest_pass``)."""
+        prefix = self._prefix
+        last = next((i for i in range(len(prefix) - 1, 0, -1) if self._closes(prefix, i)), 0)
+        return any(t < self._eot for t in prefix[last:])
+
     def _closes(self, tokens: list[int], i: int) -> bool:
         """Whether ``tokens[i]`` ends a segment (a timestamp right after text)."""
         return i > 0 and tokens[i] >= self._tb and tokens[i - 1] < self._eot

@@ -658,7 +658,8 @@ class WhisperEngine:
         self.window_numerics.observe(len(attempt.tokens))
         run.timings["prefill_s"] += wstats.prefill_s
         run.timings["decoder_s"] += wstats.prefill_s + wstats.steps_s
-        window = self.window_segments.result(run, attempt, start, end_frame, job.encoder_output, job.language)
+        window = self.window_segments.result(run, attempt, start, end_frame, job.encoder_output, job.language,
+                                             job.context.audio)
         window.numerics, window.numerics_reason, window.stats = numerics, reason, wstats.to_dict()
         cost = getattr(job.policy, "cost", self.verify_cost)
         window.stats["predicted_speedup"] = job.predicted

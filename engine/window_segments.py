@@ -5,8 +5,10 @@ fitted to them (``early_end``), and where the next window starts. Kept apart fro
 
 from __future__ import annotations
 
+import numpy as np
+
 from .backend import LoadedModel
-from .early_end import overlong_segment
+from .early_end import overlong_segment, words_past_speech
 from .fallback import Attempt
 from .features import FRAMES_PER_SECOND, N_FRAMES
 from .hallucination import cut_hallucinations
@@ -29,8 +31,9 @@ class WindowSegments:
         self.tokenizer = lm.tokenizer
 
     def result(self, run: RunState, attempt: Attempt, start: int, end_frame: int, encoder_output,
-               language: str) -> WindowResult:
-        """The window's segments (and their words), and where the next window starts."""
+               language: str, samples: np.ndarray) -> WindowResult:
+        """The window's segments (and their words), and where the next window starts; ``samples``:
+        the window's audio (where its speech lies, for ``_fit_to_words``)."""
         eot = self.tokenizer.special.eot
         emitted = [t for t in attempt.tokens if t != eot]
         if run.timestamps:
@@ -55,7 +58,7 @@ class WindowSegments:
         overlong = [i for i, seg in enumerate(segments) if seg.text.strip() and
                     overlong_segment(seg.start_s, seg.end_s, sum(1 for t in seg.tokens if t < eot))]
         run.aligned_end = bool(overlong) and not run.opts.word_timestamps and self._may_align_end(run) and \
-            self._fit_to_words(run, segments, overlong, encoder_output, start, end_frame, language)
+            self._fit_to_words(run, segments, overlong, encoder_output, samples, start, end_frame, language)
         segments = [seg for seg in segments if seg.end_s != seg.start_s and seg.text.strip()]
         for seg in segments:
             run.previous.extend(seg.tokens)
@@ -84,14 +87,23 @@ class WindowSegments:
         transcription only (English words aligned against speech in another language end anywhere)."""
         return run.timestamps and run.opts.task == "transcribe" and early_end_applies(run)
 
-    def _fit_to_words(self, run: RunState, segments: list[Segment], overlong: list[int], encoder_output, start: int,
-                      end_frame: int, language: str) -> bool:
+    def _fit_to_words(self, run: RunState, segments: list[Segment], overlong: list[int], encoder_output,
+                      samples: np.ndarray, start: int, end_frame: int, language: str) -> bool:
         """Segments ``overlong`` (timed over far more than their words: ``early_end``) start where
         their first word does (a subtitle after noise shows when it is said, not at the window's
         edge) and the window's last one with text ends where its last word does, so that
         ``restart_frame`` can ask whether speech went on after it; whether that end moved. The words
-        are aligned as ``word_timestamps`` aligns them, and not kept."""
+        are aligned as ``word_timestamps`` aligns them, and not kept. An alignment that puts a
+        segment's words past speech it was decoded over (``words_past_speech``) is redone over the
+        audio before them; a segment whose words are past speech even then keeps its decoded times
+        (moved to them, its end would leave that speech unasked about)."""
         timed = self._aligned(run, segments, encoder_output, start, end_frame, language)
+        doubted = self._past_speech(segments, overlong, timed, samples, start)
+        if doubted:
+            before = round(timed[doubted[0]].words[0].start * 100)
+            timed = self._aligned(run, segments, encoder_output, start, before, language)
+            doubted = self._past_speech(segments, overlong, timed, samples, start)
+            overlong = [i for i in overlong if i not in doubted]
         for i in overlong:
             seg, words = segments[i], timed[i].words
             if words and seg.start_s < words[0].start < seg.end_s:
@@ -103,10 +115,19 @@ class WindowSegments:
             return True
         return False
 
+    @staticmethod
+    def _past_speech(segments: list[Segment], overlong: list[int], timed: list, samples: np.ndarray,
+                     start: int) -> list[int]:
+        """The segments ``overlong`` whose aligned words (``timed``) start past speech they were
+        decoded over (``words_past_speech``), in order."""
+        return [i for i in overlong if timed[i].words and
+                words_past_speech(samples, start / 100, segments[i].start_s, timed[i].words[0].start)]
+
     def _aligned(self, run: RunState, segments: list[Segment], encoder_output, start: int, end_frame: int,
                  language: str) -> list:
         """The window's segments with their words, from one cross-attention alignment of their
-        tokens (``word_timestamps``); the segments themselves are not changed."""
+        tokens (``word_timestamps``) over the window's audio up to ``end_frame``; the segments
+        themselves are not changed."""
         from .word_timestamps import SegmentTokens, add_word_timestamps
 
         return add_word_timestamps(self.lm.model, self.tokenizer, encoder_output,

