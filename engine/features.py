@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .blas_threads import single_thread_blas
+from .blas_threads import features_blas_threads
 
 N_FFT = 400
 HOP_LENGTH = 160
@@ -67,7 +67,7 @@ def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, padding: int = HOP_
         )
         spectrum = np.fft.rfft(frames * window, axis=-1).astype(np.complex64)
         power = (np.abs(spectrum) ** 2).T
-        with single_thread_blas():  # see blas_threads: the encoder runs next, on every core
+        with features_blas_threads():  # see blas_threads: the encoder runs next, on every core
             product = filters @ power
         log_spec[:, first:first + count] = np.log10(np.maximum(product, 1e-10))
     np.maximum(log_spec, log_spec.max() - 8.0, out=log_spec)

@@ -66,7 +66,7 @@ def test_features_leave_no_blas_thread_spinning_and_keep_their_bits(monkeypatch)
     audio = np.random.default_rng(3).standard_normal(30 * 16000).astype(np.float32) * 0.1
     ours = log_mel_spectrogram(audio)
     idle = sum(cpu_of_others(lambda: log_mel_spectrogram(audio)))
-    monkeypatch.setattr(features, "single_thread_blas", contextlib.nullcontext)
+    monkeypatch.setattr(features, "features_blas_threads", contextlib.nullcontext)
     spread = log_mel_spectrogram(audio)
     busy = max(sum(cpu_of_others(lambda: log_mel_spectrogram(audio))) for _ in range(3))  # a CI run once saw none
     assert np.array_equal(ours, spread), "one BLAS thread changed the features' bits"
@@ -77,11 +77,29 @@ def test_features_leave_no_blas_thread_spinning_and_keep_their_bits(monkeypatch)
     assert idle < 0.02, f"{idle * 1000:.0f} ms of CPU beside the features (spread over threads: {busy * 1000:.0f} ms)"
 
 
+def test_features_have_the_same_bits_whatever_the_environment_limits_blas_to(tmp_path):
+    """Ray starts its workers with ``OMP_NUM_THREADS=1``: on an AVX2-only EPYC, where OpenBLAS
+    rounds by its split over threads, a Ray worker's features (and near-tie words) differed from a
+    local run's. The product runs on a count the engine fixes, whatever the environment says."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "features.npy"
+    code = ("import numpy as np; from specwhisper.features import log_mel_spectrogram; "
+            "a = np.random.default_rng(3).standard_normal(30 * 16000).astype(np.float32) * 0.1; "
+            f"np.save({str(out)!r}, log_mel_spectrogram(a))")
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    audio = np.random.default_rng(3).standard_normal(30 * 16000).astype(np.float32) * 0.1
+    assert np.array_equal(np.load(out), log_mel_spectrogram(audio))
+
+
 def _whole_array_log_mel(audio: np.ndarray, n_mels: int, padding: int = 160) -> np.ndarray:
     """The definition at full length, copies and all: the oracle of the block-wise features (the
     filterbank product in the same blocks of frames on one thread, as BLAS rounds a product by its
     shape and, with AVX2 kernels, by its split over threads)."""
-    from specwhisper.blas_threads import single_thread_blas
+    from specwhisper.blas_threads import features_blas_threads
     from specwhisper.features import _BLOCK
 
     audio = np.pad(audio.astype(np.float32), (0, padding))
@@ -91,7 +109,7 @@ def _whole_array_log_mel(audio: np.ndarray, n_mels: int, padding: int = 160) -> 
     frames = np.stack([padded[i * 160:i * 160 + 400] for i in range(n_frames)])
     window = np.hanning(401)[:-1].astype(np.float32)
     power = (np.abs(np.fft.rfft(frames * window, axis=-1).astype(np.complex64)) ** 2).T
-    with single_thread_blas():
+    with features_blas_threads():
         product = np.concatenate([mel_filters(n_mels) @ power[:, i:i + _BLOCK] for i in range(0, n_frames, _BLOCK)]
                                  or [np.zeros((n_mels, 0), np.float32)], axis=1)
     log_spec = np.log10(np.maximum(product, 1e-10))
