@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -238,8 +239,9 @@ def test_a_broken_wav_header_is_a_clear_error(wav, why):
 
 def test_cli_stream_reads_a_stereo_44k_wav_on_stdin(tiny_model_dir, sample, monkeypatch, capsys):
     """End to end: `specwhisper stream -` fed the bundled sample as a 44.1 kHz stereo WAV (was
-    heard as noise: "NG NG Yn yw'n gweld", exit 0). Its own words, not "jazz": on an AVX2-only
-    EPYC tiny.en's short live windows hear "task" there (offline and full windows: "jazz")."""
+    heard as noise: "NG NG Yn yw'n gweld", exit 0), to its last words. Not "jazz in the living
+    room" itself: on an AVX2-only EPYC tiny.en's short live windows heard "task in the living room"
+    or "heavy believing room" there, by the machine's measured choices (offline: "jazz")."""
     from specwhisper.cli import main
 
     x44 = soxr.resample(sample.astype(np.float32) / 32768, RATE, 44100, quality="HQ")
@@ -249,4 +251,4 @@ def test_cli_stream_reads_a_stereo_44k_wav_on_stdin(tiny_model_dir, sample, monk
                  "--output-format", "json"]) == 0
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     text = "".join(e["text"] for e in events if e["type"] == "commit").lower()
-    assert all(word in text for word in ("kitchen", "thermostat", "living room")), text
+    assert "kitchen" in text and "thermostat" in text and re.search(r"play some \w+", text), text
