@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from . import draft_reach
 from .drafters.base import Drafter, NullDrafter
 from .drafters.chain import DrafterChain
 from .policy import FixedDraftLength, first_token_gate
@@ -96,7 +97,7 @@ def _speculate(session: DecoderSession, drafter: Drafter, policy: DraftLengthPol
     while out[-1] != eot and len(out) < max_new_tokens:
         room = max_new_tokens - len(out) - 1  # draft tokens that could still be emitted
         k = min(policy.draft_len(), room)
-        drafts = list(drafter.propose(out, k))[:k] if k > 0 else []
+        drafts = draft_reach.propose(drafter, policy, out, k, room)
         n_real = len(drafts)
         while len(drafts) < pad_to:  # the call needs this many rows anyway: fill them with guesses
             drafts.append(filler(out + drafts))
@@ -104,7 +105,7 @@ def _speculate(session: DecoderSession, drafter: Drafter, policy: DraftLengthPol
         n_acc = len(accepted)
         drafter.observe(min(n_acc, n_real))
         policy.record(n_real, min(n_acc, n_real), max(0, n_acc - n_real))
-        stats.record_verify(k, len(drafts), n_acc, len(drafts) - n_real, getattr(drafter, "last_source", name),
+        stats.record_verify(max(k, n_real), len(drafts), n_acc, len(drafts) - n_real, getattr(drafter, "last_source", name),
                             rows=min(len(drafts) + 1, session.row_ceiling))
         out.extend(accepted)
         if nxt is not None:

@@ -63,6 +63,58 @@ def test_policy_prefers_single_row_without_evidence_and_learns():
     assert weak.expected_speedup() < 1.0
 
 
+# base's decoder calls on a 2-core AMD EPYC without AVX-512 (the invariant decoder, in fork steps)
+AVX2_EPYC_COST = {1: 0.74, 2: 0.95, 3: 1.17, 4: 1.27, 6: 1.56, 8: 1.84, 12: 2.31, 17: 2.97}
+
+
+class _SureDrafter:
+    """Proposes ``text`` from where the tokens are, each token with ``confidence``."""
+
+    confident_reach = True
+
+    def __init__(self, text: list[int], confidence: float) -> None:
+        self.text, self.confidence, self.kept, self.last_confidence = text, confidence, None, []
+
+    def propose(self, tokens, k):
+        draft = self.text[len(tokens):len(tokens) + k]
+        self.last_confidence = [self.confidence] * len(draft)
+        return draft
+
+    def keep(self, n):
+        self.kept = n
+        del self.last_confidence[n:]
+
+
+def test_a_sure_drafter_is_verified_past_k_where_the_wider_call_pays():
+    """A token map recalling a command said before is sure of all of it: its draft is verified in
+    one wide call where the policy's K (learned from every round) would make several narrow ones."""
+    from specwhisper.draft_reach import propose
+    from specwhisper.drafters.chain import DrafterChain
+
+    policy = AdaptiveDraftLength(VerifyCost(AVX2_EPYC_COST), row_floor=1, k_max=16)
+    for _ in range(30):  # rounds of 3 drafts with the third often wrong: K stays short
+        policy.record(3, 2)
+        policy.record(3, 3)
+    k = policy.draft_len()
+    assert k < 8
+    text = list(range(100, 130))
+    sure, unsure = _SureDrafter(text, 0.99), _SureDrafter(text, 0.3)
+    long = propose(DrafterChain([sure]), policy, text[:1], k, room=20)
+    assert len(long) >= 10 and long == text[1:1 + len(long)] and len(sure.last_confidence) == len(long)
+    assert propose(DrafterChain([unsure]), policy, text[:1], k, room=20) == text[1:1 + k]  # not sure: K
+    assert len(propose(DrafterChain([sure]), policy, text[:1], k, room=5)) <= 5  # never past the room left
+    somewhat = _SureDrafter(text, 0.8)  # kept where the wider call still pays, told where it was cut
+    cut = propose(DrafterChain([somewhat]), policy, text[:1], k, room=20)
+    assert k <= len(cut) < 16 and somewhat.kept == len(cut) == len(somewhat.last_confidence)
+    # a drafter that does not stop where unsure (prompt lookup, a draft model) is asked for K only
+    plain = type("Plain", (), {"name": "plain", "propose": lambda self, tokens, n: text[len(tokens):len(tokens) + n]})()
+    assert propose(DrafterChain([plain]), policy, text[:1], k, room=20) == text[1:1 + k]
+    # what the wide call verified past K does not teach K (it was drafted because it was sure)
+    before = policy.acceptance()[k:]
+    policy.record(len(long), len(long))
+    assert policy.acceptance()[k:] == before
+
+
 def test_numerics_choice_rules():
     assert choose_numerics("single-row", True, 3, True, 9.0)[0] == "single-row"
     assert choose_numerics("batch-invariant", False, 3, False, 0.0)[0] == "batch-invariant"

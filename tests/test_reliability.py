@@ -566,7 +566,10 @@ def _concurrent_jobs(shared_data: Path) -> list[tuple[str, object, dict]]:
     ]
 
 
-def _hammer(engine: WhisperEngine, jobs, duration_s: float, settle_s: float, n_threads: int = 8) -> dict:
+def _hammer(engine: WhisperEngine, jobs, duration_s: float, settle_s: float, n_threads: int = 8,
+            min_calls: int = 2) -> dict:
+    """Every thread calls until the deadline and at least ``min_calls`` times (a slow CPU gets its
+    overlap by calls, not by seconds: a 2.0 GHz AVX2 core made 15 calls in 12 s, not 16)."""
     expected = {name: _json_bytes(engine.transcribe(audio, **opts)) for name, audio, opts in jobs}
     done = [0] * n_threads
     mismatches: list[str] = []
@@ -576,7 +579,7 @@ def _hammer(engine: WhisperEngine, jobs, duration_s: float, settle_s: float, n_t
     def work(k: int) -> None:
         i = k
         try:
-            while time.monotonic() < stop:
+            while time.monotonic() < stop or done[k] < min_calls:
                 name, audio, opts = jobs[i % len(jobs)]
                 got = _json_bytes(engine.transcribe(audio, **opts))
                 if got != expected[name]:
@@ -597,7 +600,7 @@ def _hammer(engine: WhisperEngine, jobs, duration_s: float, settle_s: float, n_t
     hung = [t.name for t in threads if t.is_alive()]
     assert not hung, f"no end within 120 s of the deadline (deadlock?): {hung}, {sum(done)} calls done"
     assert not errors and not mismatches, (errors, mismatches)
-    assert all(done), done  # every thread got its calls in
+    assert min(done) >= min_calls, done  # every thread got its calls in
     settled = next(mb for s, mb in rss if s >= settle_s)
     peak = max(mb for s, mb in rss if s >= settle_s)
     return {"calls": sum(done), "per_thread": done, "s": round(time.monotonic() - t0), "rss_settled_mb": round(settled),
@@ -614,7 +617,6 @@ def test_eight_threads_share_one_engine(base_model_dir, shared_data):
     figures = _hammer(engine, _concurrent_jobs(shared_data), duration_s=12, settle_s=6)
     print(f"\n[reliability] 8 threads: {figures}")
     _check_rss(figures)
-    assert figures["calls"] >= 16
 
 
 @pytest.mark.full

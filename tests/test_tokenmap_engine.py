@@ -159,6 +159,24 @@ def test_learning_recalls_a_repeated_command(base_model_dir, shared_data):
         assert engine.transcribe(p, language="en", numerics="batch-invariant").tokens == oracle[p]
 
 
+def test_a_recalled_command_is_verified_in_wide_calls_by_the_default_policy(base_model_dir, shared_data):
+    """The default policy's K is learned from every round (short here: the first hearing drafts
+    little); a recalled command, sure of every token, is verified past it where wide calls pay
+    (base's call prices on an AVX2-only EPYC, pinned: on a 2-core EPYC the learned K was 3 and a
+    command said before took a 4-row call every 4 tokens)."""
+    from specwhisper.policy import VerifyCost
+
+    cost = VerifyCost({1: 0.74, 2: 0.95, 3: 1.17, 4: 1.27, 6: 1.56, 8: 1.84, 12: 2.31, 17: 2.97})
+    engine = WhisperEngine(base_model_dir, threads=2, learn=True, prompt_lookup=False, verify_cost=cost,
+                           batch_decoder="invariant")
+    path = clips(shared_data, "car")[3]["path"]
+    oracle = engine.transcribe(path, language="en", numerics="batch-invariant", speculation=False).tokens
+    first = engine.transcribe(path, language="en", numerics="batch-invariant")  # learned from the oracle's run
+    again = engine.transcribe(path, language="en", numerics="batch-invariant")
+    assert first.tokens == again.tokens == oracle and len(oracle) >= 10
+    assert again.stats["verify_calls"] <= 2 and again.stats["k_sum"] >= len(oracle) - 2, again.stats
+
+
 def test_cli_learn_save_writes_a_loadable_map(base_model_dir, shared_data, tmp_path, capsys, car_map):
     saved = tmp_path / "learned.tmap"
     paths = [c["path"] for c in clips(shared_data, "smarthome")[:2]]

@@ -41,10 +41,13 @@ class DrafterChain:
         for d in (*self.drafters, *self.learners):
             self._call(d, "begin", window)
 
-    def propose(self, tokens: Sequence[int], k: int) -> list[int]:
+    def propose(self, tokens: Sequence[int], k: int, reach: int | None = None) -> list[int]:
+        """The first proposal of up to ``k`` tokens; ``reach``: how far a drafter with
+        ``confident_reach`` (one that stops itself where unsure) is asked instead."""
         for d in tuple(self.drafters):  # a copy: a drafter that raises leaves the list
+            n = reach if reach is not None and getattr(d, "confident_reach", False) else k
             try:
-                proposal = d.propose(tokens, k)
+                proposal = d.propose(tokens, n)
                 # any sequence of ids (a numpy array's truth value is an error); the verifier ends
                 # a proposal at an id outside the vocabulary
                 proposal = [int(t) for t in proposal] if proposal is not None else []
@@ -53,9 +56,14 @@ class DrafterChain:
                 continue
             if proposal:
                 self._last = d
-                return proposal
+                return proposal[:n]
         self._last = None
         return []
+
+    def keep(self, n: int) -> None:
+        """Only the first ``n`` tokens of the last proposal are verified (``draft_reach``)."""
+        if getattr(self._last, "keep", None) is not None and n < len(self.last_confidence or ()):
+            self._call(self._last, "keep", n)
 
     def observe(self, n_accepted: int) -> None:
         if self._last is not None:

@@ -42,6 +42,9 @@ class TokenMapDrafter:
     """Implements the drafter protocol over a static :class:`TokenMap` and/or a learned dynamic map."""
 
     name = "tokenmap"
+    # It stops where unsure and gives each token's confidence: asked past the policy's K, its draft is
+    # kept as far as that confidence pays for the wider call (``draft_reach``).
+    confident_reach = True
 
     def __init__(self, static=None, tokenizer=None, *, learn: bool = False, eot: int | None = None,
                  begin: int | None = None, learned_weight: float = 1.0, recall_weight: float = 64.0,
@@ -130,6 +133,11 @@ class TokenMapDrafter:
             state = contexts.extend(state, token)
         self._last_len = len(draft)
         return draft
+
+    def keep(self, n: int) -> None:
+        """Only the first ``n`` tokens of the last proposal go to the verifier."""
+        self._last_len = min(self._last_len, n)
+        del self.last_confidence[n:]
 
     def observe(self, n_accepted: int) -> None:
         if self._last_len:
