@@ -67,6 +67,7 @@ class ReplayTotals:
     greedy_steps: float = 0.0
     spec_steps: float = 0.0
     prefills: float = 0.0
+    spec_prefills: float = 0.0  # the speculating engine's own (the invariant decoder's is cheaper)
     stats: DecodeStats = field(default_factory=DecodeStats)
     numerics: dict[str, int] = field(default_factory=dict)
 
@@ -76,7 +77,7 @@ class ReplayTotals:
                 "drafted": st.drafted, "Ar": st.accepted / st.drafted if st.drafted else 0.0,
                 "Al": st.accepted / st.verify_calls if st.verify_calls else 0.0,
                 "steps_speedup": self.greedy_steps / self.spec_steps if self.spec_steps else 0.0,
-                "decoder_speedup": (self.greedy_steps + self.prefills) / (self.spec_steps + self.prefills)
+                "decoder_speedup": (self.greedy_steps + self.prefills) / (self.spec_steps + self.spec_prefills)
                 if self.spec_steps else 0.0, "numerics": dict(self.numerics)}
 
 
@@ -91,6 +92,7 @@ class Replayer:
     row_floor: int = 3
     row_ceiling: int = 17
     prefill_steps: float = PREFILL_STEPS
+    spec_prefill_steps: float | None = None  # the speculating engine's prefill (default: ``prefill_steps``)
     learn_filler: bool = False  # the engine shares its filler bigrams across calls only when it learns
     max_new_tokens: int = MAX_NEW_TOKENS
     gate: bool = True  # False where batch-invariant windows run on the invariant decoder (no first-token gate)
@@ -125,13 +127,15 @@ class Replayer:
         if out != [*tokens, eot][:cap]:
             raise AssertionError("the oracle session changed the tokens: the replay is broken")
         learn_from_window(self.chain, out, session.numerics, policy, stats, guesser, eot)
-        one = {"greedy_steps": len(out) - 1, "prefills": self.prefill_steps,
+        spec_prefill = self.prefill_steps if self.spec_prefill_steps is None else self.spec_prefill_steps
+        one = {"greedy_steps": len(out) - 1, "prefills": self.prefill_steps, "spec_prefill": spec_prefill,
                "spec_steps": stats.steps + priced_calls(stats, self.cost, self.row_floor)}
         t = self.totals
         t.utterances += 1
         t.greedy_steps += one["greedy_steps"]
         t.spec_steps += one["spec_steps"]
         t.prefills += one["prefills"]
+        t.spec_prefills += spec_prefill
         t.numerics[session.numerics] = t.numerics.get(session.numerics, 0) + 1
         t.stats.merge(stats)
         return one
@@ -139,7 +143,7 @@ class Replayer:
 
 def _speedup(parts: list[dict]) -> float:
     greedy = sum(p["greedy_steps"] + p["prefills"] for p in parts)
-    spec = sum(p["spec_steps"] + p["prefills"] for p in parts)
+    spec = sum(p["spec_steps"] + p.get("spec_prefill", p["prefills"]) for p in parts)
     return round(greedy / spec, 3) if spec else 0.0
 
 
@@ -168,18 +172,25 @@ def make_drafter(tmap, tokenizer, learn: str, knobs: dict) -> TokenMapDrafter:
     return TokenMapDrafter(static, tokenizer, learn=bool(learn), **knobs)
 
 
-def recorded_settings(doc: dict, engine_key: str, records: list[dict]) -> dict:
-    """Row range and cost curve the run's engine used (runs since the engines were recorded) and
-    the prefill in single-row steps as single-row greedy timed it in ``records``, else {}."""
+def recorded_settings(doc: dict, engine_key: str, records: list[dict], system: str | None = None) -> dict:
+    """Row range and cost curve the run's engine used (runs since the engines were recorded), the
+    prefill in single-row steps as single-row greedy timed it in ``records``, and, where the curve
+    prices a 1-row call of the engine below the fork's (the invariant decoder preferred, as on an
+    AVX2-only CPU), that preference and ``system``'s own prefill; else {}."""
     out: dict = {}
     e = doc.get("meta", {}).get("engines", {}).get(engine_key)
     if e:
-        out.update({"row_floor": e["row_floor"], "row_ceiling": e["row_ceiling"],
-                    "cost": VerifyCost({int(k): float(v) for k, v in e["cost"].items()})})
+        cost = {int(k): float(v) for k, v in e["cost"].items()}
+        out.update({"row_floor": e["row_floor"], "row_ceiling": e["row_ceiling"], "cost": VerifyCost(cost)})
+        if cost.get(1, 1.0) < 1.0:  # WindowNumerics: batch-invariant windows, no first-token gate
+            out.update({"preferred": True, "gate": False})
     greedy = [r for r in records if r.get("system") == "greedy-single-row" and r.get("steps")]
     if greedy and all("prefill_s" in r for r in greedy):
         step_s = sum(r["steps_s"] for r in greedy) / sum(r["steps"] for r in greedy)
         out["prefill_steps"] = sum(r["prefill_s"] for r in greedy) / len(greedy) / step_s
+        own = [r["prefill_s"] for r in records if r.get("system") == system and "prefill_s" in r]
+        if own:
+            out["spec_prefill_steps"] = sum(own) / len(own) / step_s
     return out
 
 
@@ -199,7 +210,8 @@ def replay_heldout(doc: dict, set_name: str, tokenizer, numerics: str, knobs: di
     """A held-out set as the benchmark decodes it; ``learn``: as an engine with ``--learn`` on top of
     the map would, each clip heard once (the benchmark's held-out part does not learn)."""
     settings = {**recorded_settings(doc, "tm-bi" if numerics == "batch-invariant" else "tm-auto",
-                                    doc["heldout"]["sets"][set_name]["records"]), **settings}
+                                    doc["heldout"]["sets"][set_name]["records"],
+                                    "tokenmap-bi" if numerics == "batch-invariant" else "tokenmap-auto"), **settings}
     clips, map_path = heldout_tokens(doc, set_name)
     drafter = make_drafter(load_token_map(map_path, tokenizer), tokenizer, "static" if learn else "", knobs)
     replayer = Replayer(drafter, tokenizer, numerics, learn_filler=learn, **settings)
@@ -233,7 +245,7 @@ def replay_stream(doc: dict, tokenizer, learn: str, knobs: dict, block: int = 50
                   **settings) -> dict:
     """A stream run's learner (``learn`` "empty" or "static") replayed on its own tokens, with
     speedups per block and split into first hearings and repeats."""
-    settings = {**recorded_settings(doc, f"learn-{learn}", doc["stream"]["records"]), **settings}
+    settings = {**recorded_settings(doc, f"learn-{learn}", doc["stream"]["records"], f"learn-{learn}"), **settings}
     utterances, map_path = stream_tokens(doc, f"learn-{learn}")
     drafter = make_drafter(load_token_map(map_path, tokenizer), tokenizer, learn, knobs)
     replayer = Replayer(drafter, tokenizer, doc["stream"].get("numerics", "auto"), learn_filler=True, **settings)

@@ -61,6 +61,35 @@ class Oracle(_Base):
         return draft
 
 
+class SureOfIt(_Base):
+    """Claims certainty (``confident_reach``) in whatever it proposes, so the policy verifies it
+    past its K: the true continuation with one token flipped, random ids, more tokens than asked,
+    or confidences that are not probabilities. ``asked``: the longest draft it was asked for."""
+
+    confident_reach = True
+
+    def __init__(self, reference: Sequence[int], eot: int, vocab: int, mode: str, seed: int = 0) -> None:
+        self.ref, self.vocab, self.mode = [*reference, eot], vocab, mode
+        self.rng, self.asked, self.last_confidence = random.Random(seed), 0, []
+        self.name = f"sure-{mode}"
+
+    def propose(self, tokens, k):
+        self.asked = max(self.asked, k)
+        n = len(tokens)
+        if self.mode == "random":
+            draft = [self.rng.randrange(-3, self.vocab + 3) for _ in range(k)]
+        else:
+            draft = self.ref[n:n + (400 if self.mode == "overlong" else k)]
+            if draft and self.mode in ("flip", "odd"):
+                i = self.rng.randrange(len(draft))
+                draft[i] = (draft[i] + 1) % 50000
+        self.last_confidence = ([float("nan"), -2.0, 7.0] * k)[:len(draft)] if self.mode == "odd" else [1.0] * len(draft)
+        return draft
+
+    def keep(self, n: int) -> None:
+        del self.last_confidence[n:]
+
+
 class Repeater(_Base):
     """Proposes the last emitted token again and again (a prompt-lookup failure mode)."""
 

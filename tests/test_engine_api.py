@@ -87,7 +87,9 @@ class _SureDrafter:
 
 def test_a_sure_drafter_is_verified_past_k_where_the_wider_call_pays():
     """A token map recalling a command said before is sure of all of it: its draft is verified in
-    one wide call where the policy's K (learned from every round) would make several narrow ones."""
+    one wide call where the policy's K (learned from every round) would make several narrow ones;
+    a token it is unsure of is not verified where a plain step pays more; and its confidence is
+    worth what the rounds measure: a drafter sure of wrong drafts is soon cut to what pays."""
     from specwhisper.draft_reach import propose
     from specwhisper.drafters.chain import DrafterChain
 
@@ -96,23 +98,33 @@ def test_a_sure_drafter_is_verified_past_k_where_the_wider_call_pays():
         policy.record(3, 2)
         policy.record(3, 3)
     k = policy.draft_len()
-    assert k < 8
+    assert 1 < k < 8
     text = list(range(100, 130))
     sure, unsure = _SureDrafter(text, 0.99), _SureDrafter(text, 0.3)
     long = propose(DrafterChain([sure]), policy, text[:1], k, room=20)
     assert len(long) >= 10 and long == text[1:1 + len(long)] and len(sure.last_confidence) == len(long)
-    assert propose(DrafterChain([unsure]), policy, text[:1], k, room=20) == text[1:1 + k]  # not sure: K
+    assert len(propose(DrafterChain([unsure]), policy, text[:1], k, room=20)) < k  # 2 rows cost 1.28 of 1
+    assert unsure.kept == len(unsure.last_confidence)  # told where it was cut
     assert len(propose(DrafterChain([sure]), policy, text[:1], k, room=5)) <= 5  # never past the room left
-    somewhat = _SureDrafter(text, 0.8)  # kept where the wider call still pays, told where it was cut
-    cut = propose(DrafterChain([somewhat]), policy, text[:1], k, room=20)
-    assert k <= len(cut) < 16 and somewhat.kept == len(cut) == len(somewhat.last_confidence)
     # a drafter that does not stop where unsure (prompt lookup, a draft model) is asked for K only
     plain = type("Plain", (), {"name": "plain", "propose": lambda self, tokens, n: text[len(tokens):len(tokens) + n]})()
     assert propose(DrafterChain([plain]), policy, text[:1], k, room=20) == text[1:1 + k]
     # what the wide call verified past K does not teach K (it was drafted because it was sure)
+    long = propose(DrafterChain([sure]), policy, text[:1], k, room=20)
     before = policy.acceptance()[k:]
     policy.record(len(long), len(long))
     assert policy.acceptance()[k:] == before
+    # sure and wrong: its first draft is rejected round after round, and its drafts shrink to none
+    lengths = []
+    for _ in range(40):
+        drafts = propose(DrafterChain([sure]), policy, text[:1], k, room=20)
+        policy.record(len(drafts), 0)
+        lengths.append(len(drafts))
+    assert lengths[0] >= 10 and lengths[-1] == 0
+    # confidences that are not probabilities (a drafter of one's own): the policy's K, no error
+    odd = _SureDrafter(text, 0.99)
+    odd.propose = lambda tokens, n: (setattr(odd, "last_confidence", ["sure"] * n), text[1:1 + n])[1]
+    assert propose(DrafterChain([odd]), policy, text[:1], k, room=20) == text[1:1 + k]
 
 
 def test_numerics_choice_rules():

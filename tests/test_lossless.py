@@ -162,6 +162,28 @@ def test_float32_invariant_range_and_exactness(base_model_dir, shared_data):
         _check_clip(engine, clip, seed)
 
 
+def test_drafters_sure_of_wrong_drafts_never_change_tokens(base_engine, shared_data):
+    """A drafter that claims certainty (as the token map does when it recalls a command) is
+    verified past the policy's K, in the widest calls priced: sure of a flipped token, of random
+    ids, of more tokens than asked, or rating its drafts with numbers that are not probabilities,
+    it changes no token against no speculation in the same numerics, through the engine's own
+    policy (not a fixed K)."""
+    from adversarial import SureOfIt
+    from specwhisper import WhisperEngine
+
+    eot, vocab = base_engine.tokenizer.special.eot, base_engine.lm.vocab_size
+    for seed, clip in enumerate(representative(shared_data)[:2]):
+        oracle = base_engine.transcribe(clip["path"], language="en", numerics="batch-invariant", speculation=False)
+        reference = [t for w in oracle.windows for t in w.tokens]
+        for mode in ("flip", "random", "overlong", "odd"):
+            drafter = SureOfIt(reference, eot, vocab, mode, seed)
+            engine = WhisperEngine(loaded=base_engine.lm, prompt_lookup=False, drafters=[drafter])
+            result = engine.transcribe(clip["path"], language="en", numerics="batch-invariant")
+            assert result.tokens == oracle.tokens, f"{clip['id']}: a drafter sure of {mode} drafts changed the output"
+            assert drafter.asked == engine.policy.k_max  # asked as far as the widest call, past K
+            assert result.stats["by_drafter"].get(drafter.name, {}).get("drafted", 0) > 0, mode
+
+
 class _Faulty:
     """A drafter of a user's own with bugs: ids as a numpy array (its truth value is an error),
     then an exception in ``propose`` from the fourth round on; or no ``end`` at all."""

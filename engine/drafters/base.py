@@ -15,8 +15,9 @@ them; measure such a drafter on a fresh instance, or it has learned the clip alr
 (per-token confidence of its last proposal), ``knows_start(tokens)`` (it has seen utterances begin
 so), ``last_source`` (which part of it proposed, for the statistics), ``prepare(audio)`` and
 ``drafting`` (a draft model running its encoder beside the main one), ``confident_reach`` with
-``keep(n)`` (it stops itself where unsure and gives ``last_confidence``: it is asked past K, and
-told how much of its proposal was verified, ``draft_reach``).
+``keep(n)`` (it stops itself where unsure and gives ``last_confidence``, a probability per token:
+it is asked past K, verified as far as its confidence, valued at the acceptance measured for
+drafts it rated alike, pays for, and told how much of its proposal that was, ``draft_reach``).
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ class DrafterChain:
 
     def keep(self, n: int) -> None:
         """Only the first ``n`` tokens of the last proposal are verified (``draft_reach``)."""
-        if getattr(self._last, "keep", None) is not None and n < len(self.last_confidence or ()):
+        if getattr(self._last, "keep", None) is not None:
             self._call(self._last, "keep", n)
 
     def observe(self, n_accepted: int) -> None:
