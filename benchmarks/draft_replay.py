@@ -143,7 +143,7 @@ class Replayer:
 
 def _speedup(parts: list[dict]) -> float:
     greedy = sum(p["greedy_steps"] + p["prefills"] for p in parts)
-    spec = sum(p["spec_steps"] + p.get("spec_prefill", p["prefills"]) for p in parts)
+    spec = sum(p["spec_steps"] + p["spec_prefill"] for p in parts)
     return round(greedy / spec, 3) if spec else 0.0
 
 

@@ -128,15 +128,18 @@ class ConfidenceCalibration:
         return self._hit[b] / self._tried[b]
 
     def record(self, confidence: Sequence[float], n_accepted: int) -> None:
-        """A round's drafts as rated, of which the first ``n_accepted`` were accepted (those past
-        the first rejection were not tried)."""
-        d = self.decay
-        for j, c in enumerate(confidence):
-            if j > n_accepted:
-                break
-            b = self._bin(c)
-            self._tried[b] = self._tried[b] * d + 1.0
-            self._hit[b] = self._hit[b] * d + (1.0 if j < n_accepted else 0.0)
+        """A round's drafts as rated, of which the first ``n_accepted`` were accepted."""
+        _count_tried(self._tried, self._hit, [self._bin(c) for c in confidence], n_accepted, self.decay)
+
+
+def _count_tried(tried: list[float], hit: list[float], slots: Sequence[int], n_accepted: int, decay: float) -> None:
+    """Decayed counts of a round's drafts: draft i (counted in ``slots[i]``) was tried iff all
+    before it were accepted, and hit iff it was accepted too."""
+    for i, slot in enumerate(slots):
+        if i > n_accepted:
+            break
+        tried[slot] = tried[slot] * decay + 1.0
+        hit[slot] = hit[slot] * decay + (1.0 if i < n_accepted else 0.0)
 
 
 @dataclass
@@ -176,9 +179,9 @@ class AdaptiveDraftLength:
     _cost_cache: list[float] = field(default_factory=list)
     _delivered_tokens: float = 0.0
     _delivered_cost: float = 0.0
-    _widened_from: int = 0  # the K of the round being verified, where confidence took it further
     calibration: ConfidenceCalibration = field(default_factory=ConfidenceCalibration)
-    _round_confidence: list[float] = field(default_factory=list)  # the round's drafts, as the drafter rated them
+    # the round being verified, where ``confident_length`` chose it: its K and its drafts as rated
+    _confident_round: tuple[int, list[float]] | None = None
 
     def __post_init__(self) -> None:
         self._tried = [self.prior_weight] * self.k_max
@@ -209,19 +212,16 @@ class AdaptiveDraftLength:
         if n_proposed <= 0:
             self._empty = self._empty * d + 1.0
             self._filler_hits = self._filler_hits * d + filler_accepted
-        # position i was tried iff all before it were accepted; positions past the K of a round the
-        # drafter's confidence widened (``confident_length``) were drafted because it was sure of
-        # them: they would teach K the acceptance of sure rounds only, so they are left out
-        learned = min(n_proposed, self.k_max, self._widened_from or self.k_max)
-        self._widened_from = 0
-        if self._round_confidence:
-            self.calibration.record(self._round_confidence[:n_proposed], n_accepted)
-            self._round_confidence = []
-        for i in range(learned):
-            if i > n_accepted:
-                break
-            self._tried[i] = self._tried[i] * d + 1.0
-            self._hit[i] = self._hit[i] * d + (1.0 if i < n_accepted else 0.0)
+        # positions past the K of a round the drafter's confidence widened (``confident_length``)
+        # were drafted because it was sure of them: they would teach K the acceptance of sure
+        # rounds only, so they are left out
+        learned = min(n_proposed, self.k_max)
+        if self._confident_round is not None:
+            k, rated = self._confident_round
+            self._confident_round = None
+            learned = min(learned, k) if len(rated) > k else learned
+            self.calibration.record(rated[:n_proposed], n_accepted)
+        _count_tried(self._tried, self._hit, range(learned), n_accepted, d)
         self._update()
 
     def _update(self) -> None:
@@ -264,8 +264,7 @@ class AdaptiveDraftLength:
             tokens += p
             if tokens / costs[j + 1] > best + 1e-9:
                 best_n, best = j + 1, tokens / costs[j + 1]
-        self._widened_from = k if best_n > k else 0
-        self._round_confidence = list(confidence[:best_n])
+        self._confident_round = (k, list(confidence[:best_n]))
         return best_n
 
     def expected_speedup(self) -> float:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from adversarial import Oracle
+from decoding import AVX2_EPYC_COST
 from specwhisper import WhisperEngine
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.errors import OptionError
@@ -61,10 +62,6 @@ def test_policy_prefers_single_row_without_evidence_and_learns():
     for _ in range(200):  # now it proposes nothing useful
         weak.record(0, 0)
     assert weak.expected_speedup() < 1.0
-
-
-# base's decoder calls on a 2-core AMD EPYC without AVX-512 (the invariant decoder, in fork steps)
-AVX2_EPYC_COST = {1: 0.74, 2: 0.95, 3: 1.17, 4: 1.27, 6: 1.56, 8: 1.84, 12: 2.31, 17: 2.97}
 
 
 class _SureDrafter:

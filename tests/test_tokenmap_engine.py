@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from clips import clips
+from decoding import AVX2_EPYC_COST
 from specwhisper import WhisperEngine
 from specwhisper.audio import BUNDLED_SAMPLE, load_audio, speech_seconds
 from specwhisper.cli import main
@@ -166,7 +167,7 @@ def test_a_recalled_command_is_verified_in_wide_calls_by_the_default_policy(base
     command said before took a 4-row call every 4 tokens)."""
     from specwhisper.policy import VerifyCost
 
-    cost = VerifyCost({1: 0.74, 2: 0.95, 3: 1.17, 4: 1.27, 6: 1.56, 8: 1.84, 12: 2.31, 17: 2.97})
+    cost = VerifyCost(AVX2_EPYC_COST)
     engine = WhisperEngine(base_model_dir, threads=2, learn=True, prompt_lookup=False, verify_cost=cost,
                            batch_decoder="invariant")
     path = clips(shared_data, "car")[3]["path"]
