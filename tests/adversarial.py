@@ -83,7 +83,8 @@ class SureOfIt(_Base):
             if draft and self.mode in ("flip", "odd"):
                 i = self.rng.randrange(len(draft))
                 draft[i] = (draft[i] + 1) % 50000
-        self.last_confidence = ([float("nan"), -2.0, 7.0] * k)[:len(draft)] if self.mode == "odd" else [1.0] * len(draft)
+        # "odd": above 1 first (read as sure, so that some round drafts on any cost curve), then NaN and below 0
+        self.last_confidence = ([7.0, 1.5, float("nan"), -2.0] * k)[:len(draft)] if self.mode == "odd" else [1.0] * len(draft)
         return draft
 
     def keep(self, n: int) -> None:
