@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .call_timing import TimingInput, call_seconds, interleaved_call_seconds, monotone_costs
+from .ct2_import import import_ct2
 from .encoders import choose_encoder
 from .errors import ModelError, OptionError, SpecWhisperError, option_where
 from .measure_cache import cache_get, cache_put, kernel_env, measuring
@@ -34,11 +35,10 @@ _LOADED_IN_PID: int | None = None  # the process that loaded a model: a fork of 
 def _import_ct2():
     kernel_env()  # snapshot the kernel settings before CTranslate2 first reads them
     try:
-        import ctranslate2
+        return import_ct2()
     except ImportError:
         raise ModelError("CTranslate2 is not installed", where="python environment",
                          hint="pip install specwhisper (it pulls ctranslate2-crisperwhisper on Linux x86_64)") from None
-    return ctranslate2
 
 
 def check_not_forked() -> None:

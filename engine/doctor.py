@@ -12,12 +12,11 @@ from . import __version__, model_store
 
 def run_doctor(model: str | None, compute_type: str, threads: int, batch_decoder: str = "auto",
                encoder: str = "auto") -> int:
-    import ctranslate2
-
-    from .backend import step_api_available
+    from .backend import _import_ct2, step_api_available
     from .cores import default_threads, max_threads, usable_cores
     from .measure_cache import kernel_env
 
+    ctranslate2 = _import_ct2()
     print(f"specwhisper {__version__} on Python {sys.version.split()[0]}, {platform.platform()}")
     print(f"ctranslate2 {ctranslate2.__version__} at {ctranslate2.__file__}")
     step = step_api_available()

@@ -1,0 +1,40 @@
+"""Loading an engine does not import CTranslate2's converters (and through them torch and
+transformers, 5.4 s a process on an AMD EPYC where both are installed, as the test extra installs
+them); converting still finds them whole, whichever way they are imported first."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+_CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+from specwhisper import WhisperEngine
+engine = WhisperEngine(sys.argv[1], threads=1, selftest=False)
+text = engine.transcribe(sys.argv[2], language="en").text
+loaded_s = time.perf_counter() - t0
+heavy = sorted(m for m in ("torch", "transformers") if m in sys.modules)
+import ctranslate2
+if sys.argv[3] == "submodule":  # a submodule before its package: the package still runs first
+    from ctranslate2.converters.transformers import TransformersConverter
+else:
+    from ctranslate2.converters import TransformersConverter
+from ctranslate2.specs import WhisperSpec
+print(json.dumps({"heavy": heavy, "text": text, "loaded_s": loaded_s,
+                  "same": ctranslate2.converters.TransformersConverter is TransformersConverter,
+                  "spec": WhisperSpec.__name__, "module": type(sys.modules["ctranslate2.converters"]).__name__}))
+"""
+
+
+def test_engine_loads_without_the_converters_and_converting_still_finds_them(tiny_model_dir, shared_data):
+    clip = str(shared_data / "real/audio/jfk.flac")
+    for first in ("package", "submodule"):
+        proc = subprocess.run([sys.executable, "-c", _CHILD, str(tiny_model_dir), clip, first],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        report = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert report["heavy"] == [], f"loading an engine imported {report['heavy']}"
+        assert "country" in report["text"]
+        assert report["same"] and report["spec"] == "WhisperSpec" and report["module"] == "module", report
