@@ -17,62 +17,76 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+import threading
 import types
 
 _DEFERRED = ("specs", "converters")  # pure-Python subpackages the runtime never reads
 
 
 class _Deferred(types.ModuleType):
-    """A package whose code runs the first time an attribute it lacks is read (or one of its
-    submodules is imported: ``_RunsDeferredFirst``). ``__spec__`` and ``__path__`` are there from
-    the start: the import system reads them for any module it finds in ``sys.modules``, and the
-    standard library's ``LazyLoader``, which runs a module on any read, ran these at once."""
+    """A package whose code runs the first time a name it lacks is read (or one of its submodules
+    is imported: ``_RunsPackageFirst``). ``__spec__`` and ``__path__`` are there from the start:
+    the import system reads them for any module it finds in ``sys.modules``, and the standard
+    library's ``LazyLoader``, which runs a module on any read, ran these at once. Other dunder
+    probes (``__warningregistry__``, searched for in every module by ``assertWarns``) run nothing.
+    Another thread reading a name it lacks while it runs waits for the run; a run that fails leaves
+    no half-run module behind (the next read runs it again, and says the same error)."""
+
+    def _pending(self) -> bool:
+        return "_deferred_loader" in self.__dict__
 
     def _run(self) -> None:
-        loader = self.__dict__.pop("_deferred_loader", None)
-        if loader is not None:
+        with self.__dict__["_deferred_lock"]:
+            loader = self.__dict__.pop("_deferred_loader", None)
+            if loader is None:  # ran, or running in this thread (its own code reading itself)
+                return
+            before = dict(self.__dict__)
+            try:
+                loader.exec_module(self)
+            except BaseException:
+                self.__dict__.clear()  # deferred again, as it was: the next read says the same error
+                self.__dict__.update(before, _deferred_loader=loader)
+                raise
             self.__class__ = types.ModuleType
-            loader.exec_module(self)
 
     def __getattr__(self, name: str):
-        if "_deferred_loader" not in self.__dict__:  # running or ran: a name it lacks is missing
+        if name.startswith("__") and name.endswith("__") and name != "__all__":
             raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
         self._run()
-        return getattr(self, name)
+        try:
+            return self.__dict__[name]
+        except KeyError:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}") from None
 
 
-class _AlreadyImported(importlib.abc.Loader):
-    """The module a deferred package's own code imported while it ran: the same object, so that no
-    second copy of it (of its classes, of its registries) is made."""
+class _AfterPackage(importlib.abc.Loader):
+    """A submodule of a deferred package: the package runs first, as a plain import would have run
+    it, and the submodule its code imported is handed over as it is (no second copy of its classes
+    and registries); one it did not import is imported as usual. The package runs here, not in
+    the finder: the import system calls finders holding its global lock."""
 
-    def __init__(self, spec) -> None:
-        self._spec = spec
+    def __init__(self, package: _Deferred) -> None:
+        self._package = package
+        self._spec = None
 
     def create_module(self, spec):
-        return sys.modules[spec.name]
+        _Deferred._run(self._package)  # by the class: another thread may have run it meanwhile
+        module = sys.modules.get(spec.name) or importlib.import_module(spec.name)
+        self._spec = module.__spec__
+        return module
 
     def exec_module(self, module) -> None:
         module.__spec__ = self._spec  # the import system set this loader's spec on it
 
 
-class _RunsDeferredFirst(importlib.abc.MetaPathFinder):
-    """A submodule of a deferred package imported first (``from ctranslate2.converters.transformers
-    import ...``): the package runs first, as a plain import would have run it; its code imports
-    the submodule, which is then handed over as it is."""
+class _RunsPackageFirst(importlib.abc.MetaPathFinder):
+    """Finds the submodules of a package still deferred (``_AfterPackage``); inert otherwise."""
 
     def find_spec(self, name, path=None, target=None):
         package = sys.modules.get(name.rpartition(".")[0])
-        if not isinstance(package, _Deferred):
+        if not (isinstance(package, _Deferred) and package._pending()):
             return None
-        package._run()
-        module = sys.modules.get(name)
-        if module is None:
-            return None
-        # The import system, finding the module imported meanwhile, would load it again from its
-        # own spec (a second copy) unless that spec is None; ``_AlreadyImported`` puts it back.
-        loader = _AlreadyImported(module.__spec__)
-        module.__spec__ = None
-        return importlib.util.spec_from_loader(name, loader)
+        return importlib.util.spec_from_loader(name, _AfterPackage(package))
 
 
 def _defer_subpackages() -> None:
@@ -91,9 +105,10 @@ def _defer_subpackages() -> None:
         module = importlib.util.module_from_spec(spec)
         module.__class__ = _Deferred
         module._deferred_loader = spec.loader
+        module._deferred_lock = threading.RLock()
         sys.modules[full] = module
-    if not any(isinstance(finder, _RunsDeferredFirst) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _RunsDeferredFirst())
+    if not any(isinstance(finder, _RunsPackageFirst) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _RunsPackageFirst())
 
 
 def import_ct2():

@@ -15,6 +15,8 @@ from specwhisper import WhisperEngine
 engine = WhisperEngine(sys.argv[1], threads=1, selftest=False)
 text = engine.transcribe(sys.argv[2], language="en").text
 loaded_s = time.perf_counter() - t0
+for module in list(sys.modules.values()):  # assertWarns probes every module so: it runs none
+    getattr(module, "__warningregistry__", None)
 heavy = sorted(m for m in ("torch", "transformers") if m in sys.modules)
 import ctranslate2
 if sys.argv[3] == "submodule":  # a submodule before its package: the package still runs first
@@ -38,3 +40,27 @@ def test_engine_loads_without_the_converters_and_converting_still_finds_them(tin
         assert report["heavy"] == [], f"loading an engine imported {report['heavy']}"
         assert "country" in report["text"]
         assert report["same"] and report["spec"] == "WhisperSpec" and report["module"] == "module", report
+
+
+_FAILING_CHILD = """
+import sys
+for name in ("torch", "transformers", "yaml"):  # not installed, as far as this process can tell
+    sys.modules[name] = None
+from specwhisper.ct2_import import import_ct2
+ct2 = import_ct2()
+said = []
+for attempt in range(2):
+    try:
+        ct2.converters.TransformersConverter
+    except ImportError as exc:
+        said.append(exc.name)
+del sys.modules["yaml"]  # installed after all: the next read runs the package whole
+from ctranslate2.converters import TransformersConverter
+print(said, ct2.converters.TransformersConverter is TransformersConverter)
+"""
+
+
+def test_converters_that_fail_to_import_say_why_each_time_and_run_once_they_can():
+    proc = subprocess.run([sys.executable, "-c", _FAILING_CHILD], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["['yaml',", "'yaml']", "True"], proc.stdout
