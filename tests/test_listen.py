@@ -401,6 +401,7 @@ def test_end_probability_counts_how_often_commands_ended_after_the_last_words(ba
     assert drafter.end_probability(tokens(" lights.")) is None  # one word: too little to judge
 
 
+@pytest.mark.full  # complete_s is off by default
 def test_a_whole_command_ends_after_a_short_silence(map_engine, base_engine, stream):
     """With ``complete_s`` a command whose text the map calls whole ends after 0.1 s of silence
     (sooner than the 0.6 s silence), decoded exactly as ``transcribe`` decodes its span; the cuts

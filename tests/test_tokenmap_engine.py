@@ -251,6 +251,7 @@ def _replay_matches(engine, replayer, clip_list, numerics):
     return drafted
 
 
+@pytest.mark.full  # checks the benchmark's replay, not the engine (19 s of CI)
 def test_draft_replay_reproduces_the_engines_rounds(base_model_dir, car_engine, car_map, shared_data):
     """``benchmarks.draft_replay`` runs the engine's loop against an oracle: from a clip's tokens
     alone it must reproduce the engine's verify calls, drafts, accepted drafts and single-row steps
