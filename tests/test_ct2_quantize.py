@@ -87,7 +87,7 @@ def _features(path, n_mels):
     return window_features(log_mel_spectrogram(audio, n_mels), 0)[None]
 
 
-@pytest.mark.parametrize("model", ["tiny", "base"])
+@pytest.mark.parametrize("model", ["tiny", pytest.param("base", marks=pytest.mark.full)])  # base: 8 s more
 def test_int8_file_decodes_exactly_like_float16_loaded_as_int8(model, request, shared_data, tmp_path):
     from specwhisper.tokenizer import WhisperTokenizer
 

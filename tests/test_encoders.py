@@ -181,7 +181,8 @@ def test_a_damaged_cached_graph_falls_back_then_is_rebuilt(tiny_model_dir, tmp_p
     assert _choose(tiny_model_dir, "onnx")[0].name == "onnx" and path.stat().st_size > 1_000_000
 
 
-@pytest.mark.parametrize("backend", ["onnx", "openvino"])
+# OpenVINO's run from memory with -m full (its compile cost CI 9 s; the code path is the same)
+@pytest.mark.parametrize("backend", ["onnx", pytest.param("openvino", marks=pytest.mark.full)])
 def test_a_graph_that_cannot_be_written_runs_from_memory(backend, tiny_model_dir, tmp_path, monkeypatch):
     """A read-only store and cache (or a full disk): the graph encoder is built and run from memory,
     as the decoder's graphs are, instead of being passed over: the same output as from its file,

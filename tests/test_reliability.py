@@ -81,7 +81,7 @@ def _engine_cycles(cycles: int, tiny_model_dir: Path, base_model_dir: Path, clip
         draft = i % draft_every == draft_every - 1 if i >= 0 else i == -1
         if draft:
             engine = WhisperEngine(base_model_dir if base is None else None, threads=2, loaded=base,
-                                   draft_model="tiny.en", prompt_lookup=False, verify_cost=VerifyCost.default(),
+                                   draft_model=tiny_model_dir, prompt_lookup=False, verify_cost=VerifyCost.default(),
                                    **one_decoder_thread)
             assert engine.draft_drafter is not None and engine.draft_drafter.ahead is not None
         else:
@@ -135,10 +135,10 @@ def test_a_thousand_engine_cycles_leave_no_thread(tiny_model_dir, base_model_dir
     print(f"\n[reliability] engine cycles: {figures}")
 
 
-def test_a_closed_engine_still_transcribes_exactly(base_model_dir, shared_data):
+def test_a_closed_engine_still_transcribes_exactly(base_model_dir, tiny_model_dir, shared_data):
     """``close()`` stops the draft model's thread; the engine keeps transcribing, drafting without it."""
     path = clips(shared_data, "real")[0]["path"]
-    with WhisperEngine(base_model_dir, threads=2, draft_model="tiny.en") as engine:
+    with WhisperEngine(base_model_dir, threads=2, draft_model=tiny_model_dir) as engine:
         before = engine.transcribe(path, language="en", numerics="batch-invariant").tokens
     assert not any(t.name == "draft-ahead" for t in threading.enumerate())
     after = engine.transcribe(path, language="en", numerics="batch-invariant")
@@ -611,6 +611,7 @@ def _check_rss(figures: dict) -> None:
     assert figures["rss_peak_mb"] <= 1.10 * figures["rss_settled_mb"], figures
 
 
+@pytest.mark.full  # 29 s of CI; calls on one engine from four threads: test_engine_api.py, in every run
 def test_eight_threads_share_one_engine(base_model_dir, shared_data):
     """12 s of 8 threads on one engine (RSS checked from the 6th second: CI has no first minute)."""
     engine = WhisperEngine(base_model_dir, threads=2, learn=True)
@@ -620,8 +621,8 @@ def test_eight_threads_share_one_engine(base_model_dir, shared_data):
 
 
 @pytest.mark.full
-def test_eight_threads_share_one_engine_for_ten_minutes(base_model_dir, shared_data):
-    engine = WhisperEngine(base_model_dir, threads=2, learn=True, draft_model="tiny.en")
+def test_eight_threads_share_one_engine_for_ten_minutes(base_model_dir, tiny_model_dir, shared_data):
+    engine = WhisperEngine(base_model_dir, threads=2, learn=True, draft_model=tiny_model_dir)
     figures = _hammer(engine, _concurrent_jobs(shared_data), duration_s=600, settle_s=60)
     print(f"\n[reliability] 8 threads, 10 minutes: {figures}")
     _check_rss(figures)
