@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from adversarial import EarlyEot, Oracle, OutOfVocabulary, RandomIds, check_exact_under_adversaries
+from benchmarks.machine import kernel_class
 from clips import clips, representative
 from decoding import decode, encode_clip
 from specwhisper.policy import VerifyCost
@@ -372,24 +373,16 @@ print("REPORT " + json.dumps(report))
 """
 
 
-def _cpu_flags() -> set[str]:
-    """This CPU's feature flags (empty where /proc/cpuinfo cannot be read)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return set()
-    return set(next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []))
-
-
 def test_speculation_on_a_cpu_without_avx512_kernels(base_model_dir, base_engine, car_map, shared_data):
     """With CTranslate2's kernels held to AVX2 (oneDNN's on AMD CPUs, MKL's on Intel ones, as on a
     laptop without AVX-512), the fork's rows are not alike (2 vs 3 rows differ by 0.52 with either
     library), the engine picks the invariant decoder by itself, and speculation stays on and exact.
     Kernel settings are part of the numerics: the child's self-test is cached under its own key,
-    never this process's. On a CPU without AVX-512 the kernels are AVX2 ones already: this
-    process's own engine shows the same choice, and every test of the suite runs on them (the
-    child would repeat the suite's exactness checks: 35 s of CI on an AVX2-only EPYC)."""
-    if "avx512f" not in _cpu_flags():
+    never this process's. Where this process's kernels are AVX2 ones already (a CPU without
+    AVX-512: ``benchmarks.machine.kernel_class``), its own engine shows the same choice and every
+    test of the suite runs on them (the child would repeat the suite's exactness checks: 35 s of
+    CI on an AVX2-only EPYC)."""
+    if kernel_class().endswith("-avx2"):
         st = base_engine.selftest_result
         assert base_engine.row_floor is not None, "speculation is off on this CPU's AVX2 kernels"
         assert st.ct2_diffs is not None and st.decoder == "invariant", st

@@ -25,13 +25,6 @@ def model(base_model_dir) -> WhisperModel:
 
 
 @pytest.fixture(scope="module")
-def tiny_int8(tiny_model_dir) -> str:
-    """tiny.en as the other tests load it (float16 weights as int8: the int8 copy "tiny.en" names is
-    the same model, test_ct2_quantize.py, and a second file measured on its own cost CI ~25 s)."""
-    return str(tiny_model_dir)
-
-
-@pytest.fixture(scope="module")
 def jfk_path(shared_data) -> str:
     return str(shared_data / "real" / "audio" / "jfk.flac")
 
@@ -155,10 +148,12 @@ def test_batched_pipeline_leaves_out_the_silence_between_speech(model, jfk_path)
     assert _words(segments[0].text)[:len(_words(JFK))] == _words(JFK)
 
 
-def test_batched_chunk_edges_stay_out_of_the_silence(shared_data, tiny_int8):
+def test_batched_chunk_edges_stay_out_of_the_silence(shared_data, tiny_model_dir):
     """A chunk that ends where a long silence begins: Whisper times its end in 20 ms steps (tiny.en:
     26.42 s for a chunk ending at 26.416), and mapped back that end took the 10 s of silence after it."""
-    model = WhisperModel(tiny_int8, compute_type="int8", cpu_threads=2)
+    # tiny.en as the suite loads it (float16 weights as int8): the int8 copy the name "tiny.en" pulls
+    # is the same model (test_ct2_quantize.py), and measured on its own it cost CI ~25 s
+    model = WhisperModel(str(tiny_model_dir), compute_type="int8", cpu_threads=2)
     longform = decode_audio(str(shared_data / "longform" / "longform.flac"))[:40 * 16000]
     gap = lambda s: np.zeros(int(s * 16000), np.float32)  # noqa: E731
     audio = np.concatenate([longform[:12 * 16000], gap(6), longform[12 * 16000:26700 * 16], gap(10),
@@ -182,9 +177,9 @@ def test_batched_pipeline_clip_timestamps(model, jfk_path):
         assert _words(segment.text) == _words(JFK)
 
 
-def test_empty_audio(tiny_int8):
+def test_empty_audio(tiny_model_dir):
     audio = np.asarray([], dtype="float32")
-    model = WhisperModel(tiny_int8, compute_type="int8", cpu_threads=2)
+    model = WhisperModel(str(tiny_model_dir), compute_type="int8", cpu_threads=2)
     assert list(model.transcribe(audio)[0]) == []
     assert list(BatchedInferencePipeline(model=model).transcribe(audio)[0]) == []
     assert model.detect_language(audio)[0] == "en"
@@ -375,7 +370,7 @@ def test_format_timestamp():
     assert format_timestamp(5.25, always_include_hours=True, decimal_marker=",") == "00:00:05,250"
 
 
-def test_faster_whisper_attributes_names_and_errors(model, jfk_path, tiny_int8):
+def test_faster_whisper_attributes_names_and_errors(model, jfk_path, tiny_model_dir):
     """What migrated scripts read and catch: ``model.model.is_multilingual``, the feature
     extractor's constants and features, faster-whisper's size names (from the hub where no
     registry entry holds them), ValueError for a size no one has, CT2 load keywords said unused."""
@@ -395,7 +390,7 @@ def test_faster_whisper_attributes_names_and_errors(model, jfk_path, tiny_int8):
         WhisperModel("tiny.en", flash_atention=True)
     assert info.value.where == "WhisperModel"
     with pytest.warns(UserWarning, match="flash_attention: CTranslate2 load options"):
-        assert WhisperModel(tiny_int8, compute_type="int8", cpu_threads=2,
+        assert WhisperModel(str(tiny_model_dir), compute_type="int8", cpu_threads=2,
                             flash_attention=True).model.is_multilingual is False
     with pytest.raises(ValueError):
         format_timestamp(-1.0)
