@@ -206,7 +206,7 @@ def test_without_step_api_transcribes_through_generate(base_model_dir, base_engi
 
     monkeypatch.setattr(backend, "step_api_available", lambda: False)
     with pytest.warns(UserWarning, match="speculative decoding is unavailable"):
-        engine = WhisperEngine(base_model_dir, threads=2, encoder="ct2")  # base_engine's encoder
+        engine = WhisperEngine(base_model_dir, threads=2, encoder="onnx")  # base_engine's encoder
     path = shared_data / "real/audio/jfk.flac"
     result = engine.transcribe(path, language="en")
     assert result.numerics == "native" and not result.speculation_available
