@@ -8,6 +8,8 @@ weights and the remap between the two vocabularies (the converter's stored table
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,12 +68,38 @@ def load_draft_model(draft: str | Path, main_tokenizer: WhisperTokenizer, *, mai
     if not step_api_available():
         raise ModelError("this CTranslate2 build has no step API (prefill/forward_step): a draft model cannot run",
                          where="python environment", hint="install ctranslate2-crisperwhisper, or drop --draft-model")
-    remap = VocabRemap(main_tokenizer, tokenizer, _stored_map(main_dir, main_tokenizer, tokenizer))
+    remap = _remap(main_dir, main_tokenizer, tokenizer)
     try:
         lm = LoadedModel(draft_dir, device=device, compute_type=compute_type, threads=threads)
     except SpecWhisperError as exc:
         raise type(exc)(f"draft model: {exc.what}", where=exc.where, hint=exc.hint) from None
     return DraftModel(lm=lm, remap=remap, model_dir=draft_dir)
+
+
+# Remaps made in this process, by both vocabularies and the stored table's state: making one takes
+# ~1.6 s (each vocabulary's byte table, then the map read or built), and an app that opens engines
+# with a draft model one after another (the test suite: some thirty) paid it every time. A remap holds
+# no per-engine state (its memo of multi-token pieces is a pure function of the vocabularies).
+_REMAPS: dict[tuple, VocabRemap] = {}
+_REMAPS_LOCK = threading.Lock()
+
+
+def _remap(main_dir: Path, main: WhisperTokenizer, draft: WhisperTokenizer) -> VocabRemap:
+    """The remap between ``main`` and ``draft`` (the stored table beside the main model where it fits),
+    made once per process for the same vocabularies and the same stored table."""
+    stored = None
+    if main.fingerprint() != draft.fingerprint():
+        from specwhisper.converters.vocab_map import vocab_map_path
+
+        path = vocab_map_path(main_dir, draft.fingerprint())
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            stored = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    key = (main.fingerprint(), main.vocab_size, draft.fingerprint(), draft.vocab_size, stored)
+    with _REMAPS_LOCK:
+        if key not in _REMAPS:
+            _REMAPS[key] = VocabRemap(main, draft, _stored_map(main_dir, main, draft))
+        return _REMAPS[key]
 
 
 def _stored_map(main_dir: Path, main: WhisperTokenizer, draft: WhisperTokenizer) -> VocabMap | None:
