@@ -22,7 +22,7 @@ from hypothesis.extra import numpy as hnp  # noqa: E402
 
 SIZES = [pytest.param(200, id="ci"), pytest.param(3000, id="full", marks=pytest.mark.full)]
 # building a token map from 50,000-character lines takes a tenth of a second: fewer in CI
-CORPUS_SIZES = [pytest.param(80, id="ci"), pytest.param(3000, id="full", marks=pytest.mark.full)]
+CORPUS_SIZES = [pytest.param(40, id="ci"), pytest.param(3000, id="full", marks=pytest.mark.full)]
 
 
 def _run(examples: int, strategy, check: Callable) -> dict[str, int]:

@@ -121,22 +121,24 @@ def ljspeech(shared_data) -> dict:
     return next(c for c in _longform(shared_data) if c["audio"].startswith("ljspeech"))
 
 
-def test_long_audio_seeks_by_segment_and_keeps_the_speech(base_model_dir, ljspeech):
+def test_long_audio_seeks_by_segment_and_keeps_the_speech(tiny_model_dir, ljspeech):
     """Timestamps (the default beyond 30 s) keep the speech that fixed windows drop, and the
     segments tile the audio. (That speculation leaves a seeking window's tokens alone is asserted on
-    long-form with previous text and the temperature ladder: test_fallback.py.)"""
+    long-form with previous text and the temperature ladder: test_fallback.py.) On tiny.en: seeking
+    is the engine's, not the model's (AMD EPYC, AVX2: tiny.en 37 errors of 563 words seeking, 117 in
+    fixed windows, 16 s for both runs; base 42 and 88, 29 s)."""
     from benchmarks.metrics import clip_errors
     from specwhisper import WhisperEngine
 
-    engine = WhisperEngine(base_model_dir, compute_type="int8", threads=2)
+    engine = WhisperEngine(tiny_model_dir, compute_type="int8", threads=2)
     seeking = engine.transcribe(ljspeech["path"], language="en", numerics="batch-invariant")
     fixed = engine.transcribe(ljspeech["path"], language="en", numerics="batch-invariant", timestamps="off")
     assert seeking.timestamps and not fixed.timestamps
     errors, words = clip_errors(seeking.text, [ljspeech["text"]])
     fixed_errors, _ = clip_errors(fixed.text, [ljspeech["text"]])
     # Fixed windows cut words at each of their edges and often end a window early; seeking decodes
-    # them again whole. Margins from that, not from one CPU's counts (Xeon: over 3x; AMD EPYC 85 vs
-    # 42): at least 2 words more lost per window edge, and 1.5x the errors.
+    # them again whole. Margins from that, not from one CPU's counts (base: over 3x on the Xeon, 88 vs
+    # 42 on the AMD EPYC): at least 2 words more lost per window edge, and 1.5x the errors.
     edges = len(fixed.windows) - 1
     assert errors / words < 0.12, (errors, words)
     assert fixed_errors - errors >= 2 * edges and fixed_errors > 1.5 * errors, (errors, fixed_errors, edges)
