@@ -122,9 +122,14 @@ class BatchInvarianceSelfTest:
             except TypeError:  # absent, or written by another version: measure again
                 pass
         result, measured = None, True
-        if self.batch_decoder_choice != "invariant":
-            result = self._selftest_part("ct2", key, encoder_frames, use_cache,
-                                         lambda: self._run_selftest(key, encoder_frames, use_cache))
+
+        def ct2_part() -> SelfTestResult:
+            return self._selftest_part("ct2", key, encoder_frames, use_cache,
+                                       lambda: self._run_selftest(key, encoder_frames, use_cache))
+
+        invariant_first = self._invariant_preferred_at_full_length(encoder_frames)
+        if self.batch_decoder_choice != "invariant" and not invariant_first:
+            result = ct2_part()
         if self.batch_decoder_choice != "ct2" and (result is None or result.row_floor is None
                                                    or self._invariant_may_be_faster()):
             ct2 = result
@@ -134,6 +139,8 @@ class BatchInvarianceSelfTest:
                 faster = self._invariant_is_faster(invariant)
                 measured = faster is not None  # a machine too busy to price calls decides nothing for good
                 invariant = replace(invariant, preferred=bool(faster))
+            if invariant_first and not invariant.preferred:  # not kept at this length: the fork's may be
+                result = ct2 = ct2_part()
             if ct2 is None or ct2.row_floor is None or invariant.preferred:
                 result = invariant
                 if ct2 is not None:
@@ -171,6 +178,16 @@ class BatchInvarianceSelfTest:
         """Set the invariant decoder up as ``result`` (read from the cache) found it exact here."""
         if result.decoder == "invariant" and result.graph:
             self.invariant_decoder(result.graph).cache_step = result.cache_step or MAX_POSITIONS
+
+    def _invariant_preferred_at_full_length(self, encoder_frames: int) -> bool:
+        """Whether a short encoder length's self-test may start with the invariant decoder: under
+        ``auto`` where the full window's chose it for speed (its price, a property of the machine,
+        not of the length), the fork's kernels decide nothing at another length unless the invariant
+        decoder fails there, so they are tested only then (each new ``--audio-ctx`` length cost
+        1-6 s more on an AVX2 EPYC, where they fail anyway)."""
+        full = self._selftests.get(FULL_ENCODER_FRAMES)
+        return (encoder_frames != FULL_ENCODER_FRAMES and self.batch_decoder_choice == "auto"
+                and full is not None and full.preferred)
 
     def _invariant_may_be_faster(self) -> bool:
         """Whether the invariant decoder is worth trying beside passing fork kernels (``auto``, CPU)."""

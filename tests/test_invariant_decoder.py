@@ -645,3 +645,49 @@ def test_doctor_says_whether_the_forks_kernels_passed_or_failed():
     assert "failed the self-test" in ct2_verdict(result(False)) and "1.69" in ct2_verdict(result(False))
     assert "passed the self-test, but the invariant decoder is faster" in ct2_verdict(result(True))
     assert "passed" not in ct2_verdict(result(None)) and "failed" not in ct2_verdict(result(None))
+
+
+def test_a_short_length_starts_with_the_preferred_invariant_decoder(tiny_engine, monkeypatch, tmp_path):
+    """Under ``auto``, where the full window's self-test kept the invariant decoder for its price, a
+    short encoder length tests it alone (the fork's kernels would decide nothing there); where it
+    fails at that length, the fork's kernels are tested and kept if they pass. The decisions are the
+    ones the fork-first order makes (each part's outcome is fixed here)."""
+    from dataclasses import replace
+
+    from specwhisper.model_limits import FULL_ENCODER_FRAMES
+    from specwhisper.selftest import SelfTestResult
+
+    lm = tiny_engine.lm
+    monkeypatch.setenv("SPECWHISPER_CACHE", str(tmp_path))
+    monkeypatch.setattr(lm, "batch_decoder_choice", "auto")
+    monkeypatch.setattr(lm, "_invariant_is_faster", lambda invariant: True)
+    passing = SelfTestResult(1, 17, False, {}, 1.0, "k", decoder="invariant", graph="paired")
+    failing = replace(passing, row_floor=None, row_ceiling=None)
+    fork = SelfTestResult(2, 17, False, {"fork": 0.0}, 1.0, "k")
+    asked: list[str] = []
+    outcome = {"invariant": passing, "ct2": fork}
+
+    def part(decoder, key, encoder_frames, use_cache, measure):
+        asked.append(decoder)
+        return replace(outcome[decoder], key=key)
+
+    monkeypatch.setattr(lm, "_selftest_part", part)
+    for full_preferred in (True, False):
+        monkeypatch.setattr(lm, "_selftests", {FULL_ENCODER_FRAMES: replace(passing, preferred=full_preferred)})
+        asked.clear()
+        result = lm.selftest(encoder_frames=500, use_cache=False)
+        assert result.decoder == "invariant" and result.preferred
+        assert asked == (["invariant"] if full_preferred else ["ct2", "invariant"])
+        assert (result.ct2_diffs is None) == full_preferred
+    outcome["invariant"] = failing  # not exact at this length: the fork's kernels are tested, and kept
+    monkeypatch.setattr(lm, "_selftests", {FULL_ENCODER_FRAMES: replace(passing, preferred=True)})
+    asked.clear()
+    result = lm.selftest(encoder_frames=750, use_cache=False)
+    assert asked == ["invariant", "ct2"] and result.decoder == "ct2" and result.row_floor == 2
+    outcome["ct2"] = replace(fork, row_floor=None, row_ceiling=None)  # neither: no floor, the fork's diffs kept
+    asked.clear()
+    result = lm.selftest(encoder_frames=1000, use_cache=False)
+    assert asked == ["invariant", "ct2"] and result.row_floor is None and result.ct2_diffs == {"fork": 0.0}
+    asked.clear()
+    assert lm.selftest(encoder_frames=FULL_ENCODER_FRAMES, use_cache=False).decoder == "invariant"
+    assert asked[0] == "ct2"  # the full window itself always starts with the fork's kernels
