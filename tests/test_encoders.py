@@ -226,6 +226,8 @@ def test_results_record_the_encoder(graph_engine):
     assert "kitchen light" in result.text
 
 
+# OpenVINO's only: ONNX Runtime's is the shared engines' encoder, under every adversary of test_lossless.py
+@pytest.mark.parametrize("graph_engine", ["openvino"], indirect=True)
 def test_speculation_is_exact_on_each_graph_encoder(graph_engine, shared_data):
     """Lossless holds per encoder: on the graph's encoder output, adversarial drafters change no
     token against speculation off, and right drafts are accepted."""

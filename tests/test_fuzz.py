@@ -137,7 +137,7 @@ def test_damaged_token_maps_are_refused(token_map_bytes, tmp_path, examples):
     assert outcomes.get("refused", 0) > examples // 2
 
 
-FEW = [pytest.param(25, id="ci"), pytest.param(300, id="full", marks=pytest.mark.full)]  # each loads a model
+FEW = [pytest.param(16, id="ci"), pytest.param(300, id="full", marks=pytest.mark.full)]  # each loads a model
 MODEL_TEXT_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
 
 
