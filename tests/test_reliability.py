@@ -502,11 +502,10 @@ def _differs(a: bytes, b: bytes) -> list[str]:
     return [k for k in x if x[k] != y.get(k)]
 
 
-# CTranslate2's encoder (50 s in a fresh cache on the Xeon: a 1-thread engine of its own and two
-# clips) and ONNX Runtime's (52 s) with -m full; OpenVINO's, which auto picks where it is installed
-# (the test extra installs it), in every run. On tiny.en: its 1-thread measurements are the batch
-# tests' (base's own on 1 thread cost a fresh run ~20 s more), and what is asserted (threads move no
-# byte) is the kernels' and the pipeline's, the same for both models.
+# CTranslate2's encoder (on base: 50 s in a fresh cache on the Xeon, a 1-thread engine of its own and
+# two clips) and ONNX Runtime's (52 s) with -m full; OpenVINO's, which auto picks where it is installed
+# (the test extra installs it), in every run. On tiny.en (base on 1 thread cost a fresh run ~20 s
+# more to measure): what is asserted, threads move no byte, is the kernels' and the pipeline's.
 @pytest.mark.parametrize("encoder", [pytest.param("ct2", marks=pytest.mark.full),
                                      pytest.param("onnx", marks=pytest.mark.full), "openvino"])
 def test_same_bytes_across_runs_and_thread_counts(tiny_model_dir, shared_data, encoder):
