@@ -101,8 +101,10 @@ class BatchInvarianceSelfTest:
     def selftest(self, *, use_cache: bool = True, encoder_frames: int = FULL_ENCODER_FRAMES) -> SelfTestResult:
         """Measure (or read from cache) which decoder and row range make batch-invariant decoding exact.
 
-        The fork's kernels first (unless ``batch_decoder`` says otherwise); where no row floor
-        holds for them, the invariant decoder (needs onnxruntime; int8 or float32, on the CPU).
+        The fork's kernels first (unless ``batch_decoder`` says otherwise, or at a short length
+        where the full window's kept the invariant decoder for its price: then it is tested first,
+        and the fork's kernels only where it is not kept there); where no row floor holds for
+        them, the invariant decoder (needs onnxruntime; int8 or float32, on the CPU).
         Under ``auto`` the invariant decoder is also taken where the fork's kernels pass but its
         1-row step is clearly cheaper than theirs (``preferred``: every window then decodes on it).
         Kernels may be chosen by the cross-attention length too, so each encoder length (full
@@ -183,8 +185,9 @@ class BatchInvarianceSelfTest:
         """Whether a short encoder length's self-test may start with the invariant decoder: under
         ``auto`` where the full window's chose it for speed (its price, a property of the machine,
         not of the length), the fork's kernels decide nothing at another length unless the invariant
-        decoder fails there, so they are tested only then (each new ``--audio-ctx`` length cost
-        1-6 s more on an AVX2 EPYC, where they fail anyway)."""
+        decoder is not kept there (it fails, or its price there says otherwise), so they are tested
+        only then (each new ``--audio-ctx`` length cost 1-6 s more on an AVX2 EPYC, where they fail
+        anyway). Their comparisons (``ct2_diffs``) are then absent from that length's result."""
         full = self._selftests.get(FULL_ENCODER_FRAMES)
         return (encoder_frames != FULL_ENCODER_FRAMES and self.batch_decoder_choice == "auto"
                 and full is not None and full.preferred)

@@ -72,9 +72,10 @@ def tiny_model_dir() -> Path:
     return _model_dir("tiny.en", "SPECWHISPER_TEST_TINY")
 
 
-# The shared engines run the ONNX Runtime encoder, the one ``auto`` keeps on every CPU measured
-# here (AVX2 and AVX-512: 1.7-3x CTranslate2's), named so that no test depends on a timing; about
-# a sixth of the tests' time was CTranslate2's encoder. The faster-whisper oracle fixtures (made with
+# The shared engines run the ONNX Runtime encoder: ``auto`` keeps a graph encoder on every CPU
+# measured here (AVX2 and AVX-512: 1.7-3x CTranslate2's; OpenVINO's where it is installed and
+# faster), and ONNX Runtime's is the one every install has, named so that no test depends on a
+# timing; CTranslate2's took about a sixth of the tests' time. The faster-whisper oracle fixtures (made with
 # upstream CTranslate2's encoder) hold for CTranslate2's own: test_parity builds those engines itself.
 # Engines that tests build themselves take the default (``auto``); tests/test_encoders.py pins it.
 @pytest.fixture(scope="session")

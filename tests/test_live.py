@@ -29,7 +29,9 @@ SAMPLE = Path(__file__).resolve().parents[1] / "engine" / "samples" / "morning.f
 EXACT_S = 24.0  # the stretch of the long-form file streamed for the exactness and drafting checks
 # The stretches of the long-form file streamed against offline transcription: 33 s (2 sentences around
 # a digit list; base on the AVX2 EPYC: stream and offline WER 0.073, 41 s of the suite's time at 53 s,
-# 26 s at 33 s) in the README's run, 80 s (4 sentences, 3 digit lists) with -m full.
+# 26 s at 33 s) in the README's run, 80 s (4 sentences, 3 digit lists) with -m full: the junction of two
+# digit lists, where a pass once looped (test_a_loop_followed_by_more_text_is_cut_after_its_second_copy),
+# streams end to end with -m full only.
 WER_S = 33.0
 WER_S_FULL = 80.0
 # The committed text's WER against the reference (base, the default model, on the invariant
@@ -539,6 +541,7 @@ def test_every_pass_equals_no_speculation_even_with_adversarial_previous_passes(
     for record, plain in zip(records, greedy_run[1]):
         # the pass without speculation on the same buffer with the same options (its oracle)
         assert np.array_equal(plain.audio, record.audio) and plain.offset_s == record.offset_s
+        assert plain.numerics == record.numerics
         assert {k: v for k, v in plain.options.items() if k not in ("speculation", "draft_hint")} == \
             {k: v for k, v in record.options.items() if k not in ("speculation", "draft_hint")}
         oracle = list(plain.tokens)

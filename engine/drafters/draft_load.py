@@ -79,7 +79,8 @@ def load_draft_model(draft: str | Path, main_tokenizer: WhisperTokenizer, *, mai
 # Remaps made in this process, by both vocabularies and the stored table's state: making one takes
 # ~1.6 s (each vocabulary's byte table, then the map read or built), and an app that opens engines
 # with a draft model one after another (the test suite: some thirty) paid it every time. A remap holds
-# no per-engine state (its memo of multi-token pieces is a pure function of the vocabularies).
+# no per-engine state (its memo of multi-token pieces is a pure function of the vocabularies). A
+# broken stored table is said once per process (and again once it changes).
 _REMAPS: dict[tuple, VocabRemap] = {}
 _REMAPS_LOCK = threading.Lock()
 
@@ -95,7 +96,8 @@ def _remap(main_dir: Path, main: WhisperTokenizer, draft: WhisperTokenizer) -> V
         with contextlib.suppress(OSError):
             st = path.stat()
             stored = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    key = (main.fingerprint(), main.vocab_size, draft.fingerprint(), draft.vocab_size, stored)
+    key = (main.fingerprint(), main.vocab_size, main.multilingual, draft.fingerprint(), draft.vocab_size,
+           draft.multilingual, stored)
     with _REMAPS_LOCK:
         if key not in _REMAPS:
             _REMAPS[key] = VocabRemap(main, draft, _stored_map(main_dir, main, draft))
@@ -114,5 +116,5 @@ def _stored_map(main_dir: Path, main: WhisperTokenizer, draft: WhisperTokenizer)
     try:
         return load_vocab_map(path, main, draft)
     except TokenMapError as exc:
-        warnings.warn(f"ignoring stored vocabulary map, rebuilding it in memory: {exc.what} ({path})", stacklevel=3)
+        warnings.warn(f"ignoring stored vocabulary map, rebuilding it in memory: {exc.what} ({path})", stacklevel=4)
         return None
