@@ -230,11 +230,14 @@ def choose_encoder(choice: str, *, model, model_dir: Path, device: str, compute_
     encoders: dict[str, Encoder] = {"ct2": ct2}
     passed_over: list[str] = []
     diffs: dict[str, float] = {}
-    reference = _reference(ct2, n_mels)  # also the warm-up of CTranslate2's encoder before it is timed
+    from .features import bundled_sample_window
+
+    features = bundled_sample_window(n_mels)  # read and transformed once for the checks and the timing
+    reference = _reference(ct2, features)  # also the warm-up of CTranslate2's encoder before it is timed
     for name in backends:
         try:
             encoder = GRAPH_BACKENDS[name][1](model_dir, precision, threads)
-            diffs[name] = _check(reference, encoder, n_mels)  # its first run: the warm-up before timing
+            diffs[name] = _check(reference, encoder, features)  # its first run: the warm-up before timing
         except Exception as exc:  # noqa: BLE001 - any failure of a graph (build, disk, runtime, check) passes it over
             passed_over.append(_warn_unavailable(name, exc))
             continue
@@ -242,7 +245,7 @@ def choose_encoder(choice: str, *, model, model_dir: Path, device: str, compute_
             passed_over.append(_warn_unavailable(name, ModelError(_too_far(name, diffs[name]))))
             continue
         encoders[name] = encoder
-    ms = _time(encoders, n_mels)
+    ms = _time(encoders, features)
     fastest = min(ms, key=ms.get)
     record = EncoderChoice(fastest, "measured", ms, diffs)
     if not passed_over and use_cache:  # a failure is not kept: the next load tries again
@@ -271,7 +274,10 @@ def _explicit(name: str, ct2: CT2Encoder, model_dir: Path, precision: str, threa
     if not isinstance(diff, float):
         measuring()
         try:
-            diff = _check(_reference(ct2, n_mels), encoder, n_mels)
+            from .features import bundled_sample_window
+
+            features = bundled_sample_window(n_mels)
+            diff = _check(_reference(ct2, features), encoder, features)
         except ModelError as exc:
             raise ModelError(f"the {label} encoder failed its check against CTranslate2's on the bundled sample: "
                              f"{exc.what}", where=str(model_dir), hint="use --encoder ct2 (or auto)") from None
@@ -283,37 +289,33 @@ def _explicit(name: str, ct2: CT2Encoder, model_dir: Path, precision: str, threa
     return encoder, EncoderChoice(name, "asked for", relative_diff={name: diff})
 
 
-def _reference(ct2: CT2Encoder, n_mels: int) -> np.ndarray:
-    """CTranslate2's encoder output on the bundled sample's 30 s window: what every graph is checked
-    against (computed once per choice: base's took 1.3 s a window on an AVX2 EPYC)."""
+def _reference(ct2: CT2Encoder, features: np.ndarray) -> np.ndarray:
+    """CTranslate2's encoder output on ``features`` (the bundled sample's 30 s window): what every
+    graph is checked against (computed once per choice: base's took 1.3 s a window on an AVX2 EPYC)."""
     from .backend import to_host
-    from .features import bundled_sample_window
 
-    return to_host(ct2.encode(bundled_sample_window(n_mels)))
+    return to_host(ct2.encode(features))
 
 
-def _check(reference: np.ndarray, encoder: Encoder, n_mels: int) -> float:
-    """The graph's output against CTranslate2's (``reference``) on the bundled sample (a full 30 s
-    window): mean |difference| over mean |output|. A wrong shape or a non-finite value is a ModelError."""
+def _check(reference: np.ndarray, encoder: Encoder, features: np.ndarray) -> float:
+    """The graph's output on ``features`` against CTranslate2's (``reference``): mean |difference|
+    over mean |output|. A wrong shape or a non-finite value is a ModelError."""
     from .backend import to_host
-    from .features import bundled_sample_window
 
-    output = to_host(encoder.encode(bundled_sample_window(n_mels)))
+    output = to_host(encoder.encode(features))
     if output.shape != reference.shape or not np.isfinite(output).all():
         raise ModelError(f"output of shape {output.shape}, not {reference.shape}, or not finite", where="encoder check")
     return round(float(np.abs(output - reference).mean() / max(float(np.abs(reference).mean()), 1e-12)), 5)
 
 
-def _time(encoders: dict[str, Encoder], n_mels: int, rounds: int = 2) -> dict[str, float]:
+def _time(encoders: dict[str, Encoder], features: np.ndarray, rounds: int = 2) -> dict[str, float]:
     """Each encoder timed in turn on the bundled sample's 30 s window, ``rounds`` each (each has run
     once already: the check's run is the warm-up): the fastest ms per window. Noise only adds time,
     so the fastest of two runs in turn is as robust to one burst of load as a median of three, and
     the backends measured here are 1.3-2x apart; the choice took 18 s of base's first load on an
     AVX2 EPYC with a separate warm-up and three rounds, 10 s now."""
     from .backend import to_host
-    from .features import bundled_sample_window
 
-    features = bundled_sample_window(n_mels)
     seconds: dict[str, list[float]] = {name: [] for name in encoders}
     for _ in range(rounds):
         for name, encoder in encoders.items():
