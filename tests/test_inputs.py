@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -459,6 +460,31 @@ def test_corrupt_model_dir(tmp_path, capsys):
     (bad / "tokenizer.json").write_text("{}")
     rc, out, err = _cli(["transcribe", str(BUNDLED_SAMPLE), "--model", str(bad)], capsys)
     assert rc == 2 and "error:" in err and str(bad) in err and "Traceback" not in err
+
+
+def test_a_tokenizer_is_read_once_until_its_files_change(tmp_path, tiny_model_dir):
+    """Engines, draft models and token maps of one model share its tokenizer (reading tokenizer.json
+    took 0.13-0.16 s each time); a file rewritten or replaced since is read again, and a damaged one
+    is the clear error it always was."""
+    from specwhisper.tokenizer import WhisperTokenizer
+
+    model = tmp_path / "tiny"
+    model.mkdir()
+    for f in ("tokenizer.json", "config.json", "vocabulary.txt"):
+        shutil.copy(tiny_model_dir / f, model / f)
+    first = WhisperTokenizer.from_model_dir(model)
+    assert WhisperTokenizer.from_model_dir(model) is first and first.fingerprint()
+    good = (model / "tokenizer.json").read_text()
+    (model / "tokenizer.json").write_text("{}")  # in place, by an editor or a broken copy
+    with pytest.raises(ModelError, match="tokenizer.json cannot be read"):
+        WhisperTokenizer.from_model_dir(model)
+    (model / "tokenizer.json.new").write_text(good)
+    os.replace(model / "tokenizer.json.new", model / "tokenizer.json")  # replaced whole, as a pull does
+    again = WhisperTokenizer.from_model_dir(model)
+    assert again is not first and again.fingerprint() == first.fingerprint()
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps(config | {"lang_ids": []}))  # every file it reads counts
+    assert WhisperTokenizer.from_model_dir(model) is not again
 
 
 def test_model_of_wrong_kind(tmp_path, base_model_dir):

@@ -13,9 +13,6 @@ from pathlib import Path
 
 from specwhisper.errors import SpecWhisperError
 
-# tokenizer.json (path, size, mtime) -> fingerprint: a second refusal in one process is free
-_CACHE: dict[tuple[str, int, int], str] = {}
-
 
 def models_with_fingerprint(fingerprint: str) -> list[str]:
     """Names of the pulled registry models whose tokenizer has ``fingerprint``, registry order."""
@@ -27,16 +24,12 @@ def models_with_fingerprint(fingerprint: str) -> list[str]:
 
 def _fingerprint_of(model_dir: Path) -> str | None:
     """The tokenizer fingerprint of a model folder, as maps record it; None where it cannot be read
-    (a damaged model must not turn one clear error into another)."""
+    (a damaged model must not turn one clear error into another). A second refusal in one process
+    is free: the tokenizer and its fingerprint are read once per process (``from_model_dir``)."""
     from specwhisper.tokenizer import WhisperTokenizer
 
-    path = model_dir / "tokenizer.json"
     try:
-        stat = path.stat()
-        key = (str(path), stat.st_size, stat.st_mtime_ns)
-        if key not in _CACHE:
-            _CACHE[key] = WhisperTokenizer.from_model_dir(model_dir).fingerprint()
-        return _CACHE[key]
+        return WhisperTokenizer.from_model_dir(model_dir).fingerprint()
     except (SpecWhisperError, OSError):
         return None
 
