@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections import OrderedDict
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -112,7 +112,7 @@ class WhisperTokenizer:
         """The tokenizer of ``model_dir``, read once per process while its files stay the same:
         parsing tokenizer.json took 0.13-0.16 s, paid again by every engine, draft model and token
         map of one model (an app opening several engines; 210 times, 34 s, in the test suite). A
-        tokenizer is read-only once made, so engines share it."""
+        tokenizer is read-only once made, so engines share it; it is kept while one of them holds it."""
         model_dir = Path(model_dir)
         path = model_dir / "tokenizer.json"
         if not path.is_file():
@@ -124,14 +124,10 @@ class WhisperTokenizer:
         key = _files_state(model_dir)
         with _LOADED_LOCK:
             tokenizer = _LOADED.get(key)
-            if tokenizer is not None:
-                _LOADED.move_to_end(key)
-                return tokenizer
-        tokenizer = cls._read(model_dir, path)
-        with _LOADED_LOCK:
-            _LOADED[key] = tokenizer
-            while len(_LOADED) > _LOADED_MAX:
-                _LOADED.popitem(last=False)
+        if tokenizer is None:
+            tokenizer = cls._read(model_dir, path)
+            with _LOADED_LOCK:
+                _LOADED[key] = tokenizer
         return tokenizer
 
     @classmethod
@@ -232,10 +228,10 @@ class WhisperTokenizer:
         return self._fingerprint
 
 
-# Tokenizers read in this process, by their files' state (``from_model_dir``): a few models at most.
-_LOADED: OrderedDict[tuple, WhisperTokenizer] = OrderedDict()
+# Tokenizers read in this process, by their files' state (``from_model_dir``), while something holds
+# them: one holds ~20 MB, which an app that closes its last engine of a model gets back.
+_LOADED: weakref.WeakValueDictionary[tuple, WhisperTokenizer] = weakref.WeakValueDictionary()
 _LOADED_LOCK = threading.Lock()
-_LOADED_MAX = 8
 
 
 def _files_state(model_dir: Path) -> tuple:

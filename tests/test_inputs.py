@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -9,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -485,6 +487,10 @@ def test_a_tokenizer_is_read_once_until_its_files_change(tmp_path, tiny_model_di
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps(config | {"lang_ids": []}))  # every file it reads counts
     assert WhisperTokenizer.from_model_dir(model) is not again
+    held = weakref.ref(again)
+    del first, again
+    gc.collect()
+    assert held() is None  # not kept once nothing holds it (an app that closed its engines gets it back)
 
 
 def test_model_of_wrong_kind(tmp_path, base_model_dir):

@@ -24,8 +24,8 @@ def models_with_fingerprint(fingerprint: str) -> list[str]:
 
 def _fingerprint_of(model_dir: Path) -> str | None:
     """The tokenizer fingerprint of a model folder, as maps record it; None where it cannot be read
-    (a damaged model must not turn one clear error into another). A second refusal in one process
-    is free: the tokenizer and its fingerprint are read once per process (``from_model_dir``)."""
+    (a damaged model must not turn one clear error into another). A model an engine of this process
+    holds is not read again (``WhisperTokenizer.from_model_dir``)."""
     from specwhisper.tokenizer import WhisperTokenizer
 
     try:
