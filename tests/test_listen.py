@@ -285,17 +285,17 @@ def test_cli_listen_json_and_txt(map_engine, domain_map, stream, tmp_path, capsy
     assert "complete_s must be" in err and "--complete-ms: 30 to 600" in err  # the flag the user typed
     assert main(["listen", *common, "--energy", "--complete-ms", "100", "--output-format", "json"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 3
-    # listen decodes on a short encoder window by default (lossy, faster); --audio-ctx full as transcribe
-    assert main(["listen", *common, "--energy", "--audio-ctx", "full", "--output-format", "json"]) == 0
-    assert {json.loads(line)["audio_ctx"] for line in capsys.readouterr().out.splitlines()} == {3000}
+    # listen decodes on a short encoder window by default (lossy, faster); --audio-ctx full as
+    # transcribe. A fixed draft length, as transcribe and stream take it (a helper found listen had
+    # no such flag): both runs in full context.
     assert {line["audio_ctx"] for line in lines} != {3000}
     assert main(["listen", str(wav), "--audio-ctx", "wide"]) == 2 and "audio_ctx" in capsys.readouterr().err
-    # a fixed draft length, as transcribe and stream take it (a helper found listen had no such flag)
     runs = {}
     for run in (["--draft-len", "3"], ["--draft-len", "0"]):
         assert main(["listen", *common, "--energy", "--numerics", "batch-invariant", "--output-format", "json",
-                     *run]) == 0
+                     "--audio-ctx", "full", *run]) == 0
         runs[" ".join(run)] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert {line["audio_ctx"] for line in runs[" ".join(run)]} == {3000}
     texts = {name: [line["text"] for line in lines] for name, lines in runs.items()}
     assert texts["--draft-len 3"] == texts["--draft-len 0"] and len(texts["--draft-len 0"]) == 3  # lossless
     assert sum(line["drafted"] for line in runs["--draft-len 3"]) > 0  # the flag reached the decoding
