@@ -109,10 +109,10 @@ class WhisperTokenizer:
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path) -> WhisperTokenizer:
-        """The tokenizer of ``model_dir``, read once per process while its files stay the same:
-        parsing tokenizer.json took 0.13-0.16 s, paid again by every engine, draft model and token
-        map of one model (an app opening several engines; 210 times, 34 s, in the test suite). A
-        tokenizer is read-only once made, so engines share it; it is kept while one of them holds it."""
+        """The tokenizer of ``model_dir``, shared with whatever in this process holds it already
+        and read again only where its files changed: parsing tokenizer.json took 0.13-0.16 s, paid
+        again by every engine, draft model and token map of one model (an app opening several
+        engines; 210 times, 34 s, in the test suite). A tokenizer is read-only once made."""
         model_dir = Path(model_dir)
         path = model_dir / "tokenizer.json"
         if not path.is_file():
