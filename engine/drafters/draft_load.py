@@ -88,8 +88,8 @@ _REMAPS_LOCK = threading.Lock()
 def _remap(main_dir: Path, main: WhisperTokenizer, draft: WhisperTokenizer) -> VocabRemap:
     """The remap between ``main`` and ``draft`` (the stored table beside the main model where it fits),
     made once per process for the same vocabularies and the same stored table."""
-    stored = None
-    if main.fingerprint() != draft.fingerprint():
+    path, stored = None, None
+    if main.fingerprint() != draft.fingerprint():  # one vocabulary needs no table
         from specwhisper.converters.vocab_map import vocab_map_path
 
         path = vocab_map_path(main_dir, draft.fingerprint())
@@ -100,19 +100,17 @@ def _remap(main_dir: Path, main: WhisperTokenizer, draft: WhisperTokenizer) -> V
            draft.multilingual, stored)
     with _REMAPS_LOCK:
         if key not in _REMAPS:
-            _REMAPS[key] = VocabRemap(main, draft, _stored_map(main_dir, main, draft))
+            _REMAPS[key] = VocabRemap(main, draft, _stored_map(path, main, draft))
         return _REMAPS[key]
 
 
-def _stored_map(main_dir: Path, main: WhisperTokenizer, draft: WhisperTokenizer) -> VocabMap | None:
-    """The converter's remap table stored beside the main model, if it fits; else None (built on load)."""
-    if main.fingerprint() == draft.fingerprint():
+def _stored_map(path: Path | None, main: WhisperTokenizer, draft: WhisperTokenizer) -> VocabMap | None:
+    """The converter's remap table at ``path`` (beside the main model; None where the vocabularies
+    are one), if it fits; else None (built on load)."""
+    if path is None or not path.is_file():
         return None
-    from specwhisper.converters.vocab_map import load_vocab_map, vocab_map_path
+    from specwhisper.converters.vocab_map import load_vocab_map
 
-    path = vocab_map_path(main_dir, draft.fingerprint())
-    if not path.is_file():
-        return None
     try:
         return load_vocab_map(path, main, draft)
     except TokenMapError as exc:
