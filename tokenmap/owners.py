@@ -13,6 +13,9 @@ from pathlib import Path
 
 from specwhisper.errors import SpecWhisperError
 
+# tokenizer.json (path, size, mtime) -> fingerprint: a second refusal in one process is free
+_CACHE: dict[tuple[str, int, int], str] = {}
+
 
 def models_with_fingerprint(fingerprint: str) -> list[str]:
     """Names of the pulled registry models whose tokenizer has ``fingerprint``, registry order."""
@@ -24,12 +27,16 @@ def models_with_fingerprint(fingerprint: str) -> list[str]:
 
 def _fingerprint_of(model_dir: Path) -> str | None:
     """The tokenizer fingerprint of a model folder, as maps record it; None where it cannot be read
-    (a damaged model must not turn one clear error into another). A model an engine of this process
-    holds is not read again (``WhisperTokenizer.from_model_dir``)."""
+    (a damaged model must not turn one clear error into another)."""
     from specwhisper.tokenizer import WhisperTokenizer
 
+    path = model_dir / "tokenizer.json"
     try:
-        return WhisperTokenizer.from_model_dir(model_dir).fingerprint()
+        stat = path.stat()
+        key = (str(path), stat.st_size, stat.st_mtime_ns)
+        if key not in _CACHE:
+            _CACHE[key] = WhisperTokenizer.from_model_dir(model_dir).fingerprint()
+        return _CACHE[key]
     except (SpecWhisperError, OSError):
         return None
 
