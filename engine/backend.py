@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import platform
 import threading
 import time
 import warnings
@@ -290,12 +289,9 @@ class LoadedModel(BatchInvarianceSelfTest):
         of them, so the invariant decoder's checks leave them out): what a measurement depends on."""
         import ctranslate2
 
-        cpu = platform.processor() or platform.machine()
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8") as fh:
-                cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
-        except OSError:
-            pass
+        from .cpu_identity import cpu_identity
+
+        cpu = cpu_identity()  # the model name and the extensions kernels dispatch on
         thread_part = f"{self.threads}/{self.decoder_threads}" if threads else "-"
         return "|".join(str(p) for p in (ctranslate2.__version__, cpu, self.device, self.compute_type, thread_part,
                                          self._model_fingerprint, kernel_env() if kernels else "-"))

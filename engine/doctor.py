@@ -14,6 +14,7 @@ def run_doctor(model: str | None, compute_type: str, threads: int, batch_decoder
                encoder: str = "auto") -> int:
     from .backend import _import_ct2, step_api_available
     from .cores import default_threads, max_threads, usable_cores
+    from .cpu_identity import cpu_identity
     from .measure_cache import kernel_env
 
     ctranslate2 = _import_ct2()
@@ -32,6 +33,7 @@ def run_doctor(model: str | None, compute_type: str, threads: int, batch_decoder
     print(f"cores this process may use: {usable_cores()} of the machine's {os.cpu_count()} (affinity, cgroup "
           f"quota); threads default to {default_threads(4)} on the command line (the cores, up to 4) and "
           f"{default_threads()} in Python (up to 2), and take at most {max_threads()} (twice the cores)")
+    print(f"CPU (as measurements are keyed): {cpu_identity()}")
     print(f"kernel settings (part of the numerics; read once per process): {kernel_env()}")
     print(f"encoder backends: {_graph_backends_line()}")
     print(f"model cache: {model_store.models_dir()} ({_cache_state(model_store.models_dir())})")
@@ -112,9 +114,6 @@ def _graph_backends_line() -> str:
 
 
 def _cpu_has_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            flags = next((ln.split(":", 1)[1].split() for ln in fh if ln.startswith("flags")), [])
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    from .cpu_identity import cpu_flags
+
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())

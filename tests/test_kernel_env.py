@@ -71,3 +71,32 @@ def test_speculation_exact_under_onednn_kernels(base_model_dir, base_engine, sha
     assert report["floor"] is not None, "no invariant row range under oneDNN kernels"
     assert report["key"] != base_engine.lm._selftest_key(), "the oneDNN run reused this process's self-test key"
     assert report["changed"] == [], report["changed"]
+
+
+def test_the_cpus_extensions_are_in_the_key(base_engine, tmp_path, monkeypatch):
+    """Two CPUs of one model name with other SIMD extensions (a cloud "AMD EPYC" with and without
+    AVX-512: the fork's rows invariant from 2 rows on one, at no row count on the other) never
+    share a measurement: a cache carried between them would decode with a row floor that does not
+    hold."""
+    from specwhisper import cpu_identity
+
+    key = base_engine.lm._selftest_key()
+    assert key.split("|")[1] == cpu_identity.cpu_identity()
+    if Path(cpu_identity.CPUINFO).exists():  # Linux: the flags were read
+        assert cpu_identity.cpu_flags() and cpu_identity.cpu_identity().endswith("]")
+    block = "processor\t: {n}\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma f16c {more}\n\n"
+    keys = {}
+    for more, isa in (("", "avx,avx2,f16c,fma"),
+                      ("avx512f avx512bw avx512vl avx512_vnni vmx", "avx,avx2,avx512_vnni,avx512bw,avx512f,avx512vl,f16c,fma")):
+        fake = tmp_path / f"cpuinfo{len(more)}"
+        fake.write_text(block.format(n=0, more=more) + block.format(n=1, more="amx_int8"), encoding="utf-8")
+        monkeypatch.setattr(cpu_identity, "CPUINFO", str(fake))
+        cpu_identity._cpuinfo.cache_clear()
+        assert cpu_identity.cpu_identity() == f"AMD EPYC [{isa}]"  # the first processor's; vmx is no kernel's
+        keys[isa] = base_engine.lm._selftest_key()
+        parts = key.split("|")
+        assert keys[isa] == "|".join([parts[0], f"AMD EPYC [{isa}]", *parts[2:]])
+    assert len(set(keys.values())) == 2
+    monkeypatch.undo()
+    cpu_identity._cpuinfo.cache_clear()
+    assert base_engine.lm._selftest_key() == key

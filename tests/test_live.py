@@ -435,7 +435,9 @@ def _room(seconds: float, seed: int, db: float = -50.0) -> np.ndarray:
     return (rng.standard_normal(round(seconds * SAMPLE_RATE)) * 10 ** (db / 20)).astype(np.float32)
 
 
-@pytest.mark.parametrize("endpointing", ["vad", "energy"])
+# The energy gate (6 s here) with -m full: the README's run gates room noise on it below, and
+# test_listen's command mode ends utterances on it
+@pytest.mark.parametrize("endpointing", ["vad", pytest.param("energy", marks=pytest.mark.full)])
 def test_no_pass_decodes_the_room_around_speech_and_no_text_is_written_into_it(engine, shared_data, endpointing):
     """On a quiet room after jfk's last word tiny.en wrote " Thank you." (base " I am very proud of
     you.") and committed it; before the speech the buffer filled with "." passes. With the speech
