@@ -9,33 +9,16 @@ import sys
 from datetime import datetime, timezone
 from importlib import metadata
 
+from specwhisper.cpu_identity import cpu_flags, cpu_identity, cpu_vendor
 
-def _cpuinfo(field: str) -> str | None:
-    """The first value of ``field`` in /proc/cpuinfo, or None."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith(field):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
-def _cpu_model() -> str:
-    return _cpuinfo("model name") or platform.processor() or platform.machine()
-
-
-def cpu_vendor() -> str:
-    """``GenuineIntel``, ``AuthenticAMD``, ... (int8 kernels, and so near-tie tokens, differ by vendor)."""
-    return _cpuinfo("vendor_id") or platform.machine()
+__all__ = ["command_line", "cpu_vendor", "kernel_class", "machine_info", "now_iso", "versions"]
 
 
 def kernel_class() -> str:
     """Vendor and vector ISA the int8 kernels run with, e.g. ``AuthenticAMD-avx512``: what a
     peer's near-tie tokens depend on. ``ONEDNN_MAX_CPU_ISA`` below AVX-512 counts as ``avx2``
     (it holds oneDNN, which CTranslate2 uses on AMD CPUs, to those kernels)."""
-    flags = (_cpuinfo("flags") or "").split()
+    flags = cpu_flags()
     limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
     avx512 = "avx512bw" in flags and not (limit and not limit.startswith("AVX512") and limit != "ALL")
     return f"{cpu_vendor()}-{'avx512' if avx512 else 'avx2'}"
@@ -61,7 +44,7 @@ def _version(dist: str) -> str | None:
 
 def machine_info() -> dict:
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": _cpu_model(), "cores_visible": os.cpu_count(), "cores_usable": usable,
+    return {"cpu": cpu_identity(), "cores_visible": os.cpu_count(), "cores_usable": usable,
             "memory_gb": _mem_total_gb(), "os": platform.platform(), "python": sys.version.split()[0]}
 
 

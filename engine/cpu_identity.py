@@ -22,32 +22,36 @@ CPUINFO = "/proc/cpuinfo"
 
 
 @functools.cache
-def _cpuinfo() -> tuple[str, frozenset[str]]:
-    """The first processor's model name and flags from ``CPUINFO`` (Linux); elsewhere the
-    platform's processor name and no flags."""
-    name, flags = platform.processor() or platform.machine(), frozenset()
+def _cpuinfo() -> tuple[str, str, frozenset[str]]:
+    """The first processor's model name, vendor and flags from ``CPUINFO`` (Linux); elsewhere the
+    platform's processor name, its machine type and no flags."""
+    fields = {"model name": platform.processor() or platform.machine(), "vendor_id": platform.machine(), "flags": ""}
     try:
         with open(CPUINFO, encoding="utf-8") as fh:
             for line in fh:
-                if line.startswith("model name") and ":" in line:
-                    name = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and ":" in line:
-                    flags = frozenset(line.split(":", 1)[1].split())
                 if line.strip() == "":  # the first processor's block is enough
                     break
+                field, sep, value = line.partition(":")
+                if sep and field.strip() in fields:
+                    fields[field.strip()] = value.strip()
     except OSError:
         pass
-    return name, flags
+    return fields["model name"], fields["vendor_id"], frozenset(fields["flags"].split())
 
 
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags (empty where /proc/cpuinfo cannot be read)."""
+    return _cpuinfo()[2]
+
+
+def cpu_vendor() -> str:
+    """``GenuineIntel``, ``AuthenticAMD``, ... (int8 kernels, and so near-tie tokens, differ by vendor)."""
     return _cpuinfo()[1]
 
 
 def cpu_identity() -> str:
     """Model name and kernel-relevant extensions, e.g. ``AMD EPYC [avx,avx2,f16c,fma]``: part of
     every measurement's cache key (no ``|`` in it: the keys' separator)."""
-    name, flags = _cpuinfo()
+    name, _, flags = _cpuinfo()
     isa = ",".join(sorted(f for f in _KERNEL_FLAGS if f in flags))
     return f"{name} [{isa}]".replace("|", "/")

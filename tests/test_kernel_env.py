@@ -84,7 +84,8 @@ def test_the_cpus_extensions_are_in_the_key(base_engine, tmp_path, monkeypatch):
     assert key.split("|")[1] == cpu_identity.cpu_identity()
     if Path(cpu_identity.CPUINFO).exists():  # Linux: the flags were read
         assert cpu_identity.cpu_flags() and cpu_identity.cpu_identity().endswith("]")
-    block = "processor\t: {n}\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma f16c {more}\n\n"
+    block = ("processor\t: {n}\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\n"
+             "flags\t\t: fpu sse2 avx avx2 fma f16c {more}\n\n")
     keys = {}
     for more, isa in (("", "avx,avx2,f16c,fma"),
                       ("avx512f avx512bw avx512vl avx512_vnni vmx", "avx,avx2,avx512_vnni,avx512bw,avx512f,avx512vl,f16c,fma")):
@@ -93,6 +94,7 @@ def test_the_cpus_extensions_are_in_the_key(base_engine, tmp_path, monkeypatch):
         monkeypatch.setattr(cpu_identity, "CPUINFO", str(fake))
         cpu_identity._cpuinfo.cache_clear()
         assert cpu_identity.cpu_identity() == f"AMD EPYC [{isa}]"  # the first processor's; vmx is no kernel's
+        assert cpu_identity.cpu_vendor() == "AuthenticAMD"
         keys[isa] = base_engine.lm._selftest_key()
         parts = key.split("|")
         assert keys[isa] == "|".join([parts[0], f"AMD EPYC [{isa}]", *parts[2:]])
